@@ -1,0 +1,23 @@
+"""Errors a user can act on. The CLI prints them as one line, without a traceback."""
+
+from __future__ import annotations
+
+
+class NmtError(Exception):
+    """A failure explained to the user; ``exit_code`` 1 is a runtime failure."""
+
+    exit_code = 1
+
+
+class UsageError(NmtError):
+    """The command was called wrongly (bad option, missing path, ...): exit code 2."""
+
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """A configuration value, YAML key, override or plugin name is wrong."""
+
+
+class DataError(NmtError):
+    """An input file's content is wrong (line counts, encoding, format version, ...)."""
