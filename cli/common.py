@@ -54,22 +54,31 @@ def report_error(prog: str, error: BaseException, debug: bool) -> int:
 
 def config_command(prog: str, schema: type, run: Callable[[Any], Any], *, help: str | None = None,
                    arguments: dict[str, str] | None = None, preset: Preset | None = None,
-                   extra_params: list[click.Parameter] | None = None) -> Callable[[list[str] | None], None]:
+                   extra_params: list[click.Parameter] | None = None,
+                   plugin_kinds: tuple[str, ...] | None = None) -> Callable[[list[str] | None], None]:
     """Build the console-script entry point of a command driven by config dataclass ``schema``.
 
     ``arguments`` maps positional argument names to config paths (``{"data": "task.data"}``).
-    ``run`` receives the resolved config as a typed dataclass object."""
+    ``run`` receives the resolved config as a typed dataclass object. ``plugin_kinds`` limits the
+    built-in plugins imported to those folders (see ``load_builtin_plugins``)."""
     arguments = arguments or {}
 
     def main(argv: list[str] | None = None) -> None:
         argv = list(sys.argv[1:] if argv is None else argv)
         debug = "--debug" in argv
         try:
-            load_plugins(_prescan(argv, "--user-dir"))
+            load_plugins(_prescan(argv, "--user-dir"), plugin_kinds)
             command = _build(prog, schema, run, help, arguments, preset, extra_params or [])
-            command.main(argv, prog_name=prog, standalone_mode=True)
+            command.main(argv, prog_name=prog, standalone_mode=False)
         except SystemExit:
             raise
+        except click.exceptions.Exit as e:  # --help and friends
+            sys.exit(e.exit_code)
+        except click.ClickException as e:  # click's own usage errors: its message, exit 2
+            e.show()
+            sys.exit(e.exit_code)
+        except click.exceptions.Abort:  # click turns Ctrl-C into Abort
+            sys.exit(report_error(prog, KeyboardInterrupt(), debug))
         except BaseException as e:  # noqa: BLE001 - every failure ends as one line + exit code
             sys.exit(report_error(prog, e, debug))
 

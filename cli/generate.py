@@ -1,5 +1,100 @@
-"""`nmt-generate` (lands with its own issue)."""
+"""Translate a binarized split with one checkpoint or an ensemble, print fairseq's S-/T-/H-/D-/P-
+lines, and score the detokenized output with sacreBLEU (nmt-generate DATA --path CKPT)."""
 
-from nmt.cli.common import not_implemented
+from __future__ import annotations
 
-main = not_implemented("nmt-generate")
+import contextlib
+import sys
+import time
+from pathlib import Path
+from typing import IO, Iterator
+
+import torch
+
+from nmt.cli.common import config_command
+from nmt.config.generate import GenerateJob
+from nmt.errors import DataError, UsageError
+from nmt.fileio import atomic_write, open_text
+
+
+@contextlib.contextmanager
+def _output(cfg: GenerateJob) -> Iterator[IO[str]]:
+    if cfg.results_path is None:
+        yield sys.stdout
+        return
+    with atomic_write(Path(cfg.results_path) / f"generate-{cfg.gen_subset}.txt") as f:
+        yield f
+
+
+def _references(cfg: GenerateJob, count: int) -> list[str] | None:
+    """The raw reference lines of --reference (None: score against the decoded target side)."""
+    if not cfg.reference:
+        return None
+    if not Path(cfg.reference).is_file():
+        raise UsageError(f"--reference {cfg.reference}: no such file; give the raw target text of the split")
+    with open_text(cfg.reference) as f:
+        lines = [line.rstrip("\n") for line in f]
+    if len(lines) != count:
+        raise DataError(f"--reference {cfg.reference}: {len(lines)} lines, but split {cfg.gen_subset} has "
+                        f"{count} sentences; give the reference of that split")
+    return lines
+
+
+def run(cfg: GenerateJob) -> None:
+    from nmt.data.batching import batch_by_size
+    from nmt.data.language_pair_dataset import load_language_pair
+    from nmt.data.text_pipeline import load_text_pipeline
+    from nmt.generation.attention_plot import plot_cross_attention
+    from nmt.generation.inference import make_translator, open_data_dir
+    from nmt.generation.output import corpus_bleu, hypothesis_lines
+
+    wall = time.perf_counter()
+    torch.manual_seed(cfg.common.seed)
+    if not cfg.data:
+        raise UsageError("DATA is required: the data-bin folder written by nmt-preprocess")
+    data = open_data_dir(cfg.data, cfg.source_lang, cfg.target_lang)
+    dataset = load_language_pair(cfg.data, cfg.gen_subset, data.src, data.tgt)
+    detok = load_text_pipeline(cfg.data, data.tgt).decode
+    references = _references(cfg, len(dataset))
+    translator = make_translator(cfg.generation, cfg.inference, data, cfg.common.seed)
+    inf, gen = cfg.inference, cfg.generation
+    plan = batch_by_size(dataset.src_sizes, None, max_tokens=inf.max_tokens,
+                         max_sentences=inf.batch_size or (None if inf.max_tokens else 128), seed=None,
+                         split=cfg.gen_subset)
+    need_attn = gen.print_alignment or bool(cfg.attention_plot)
+    hyps_out: dict[int, str] = {}
+    refs_out: dict[int, str] = {}
+    with _output(cfg) as out:
+        for indices in plan.batches:
+            batch = dataset.collater([dataset[int(i)] for i in indices])
+            net = batch["net_input"]
+            results = translator.translate(net["src_tokens"], net["src_lengths"], need_attn=need_attn)
+            for row, (sid, hyps) in enumerate(zip(batch["id"].tolist(), results)):
+                src_len = int(net["src_lengths"][row])
+                target = data.tgt_dict.string(batch["target"][row])
+                refs_out[sid] = references[sid] if references is not None else detok(target)
+                lines = [f"S-{sid}\t{data.src_dict.string(net['src_tokens'][row])}", f"T-{sid}\t{target}"]
+                for rank, hyp in enumerate(hyps):
+                    more, text = hypothesis_lines(sid, hyp, data.tgt_dict, detok, src_len, gen.print_alignment)
+                    lines += more
+                    if rank == 0:
+                        hyps_out[sid] = text
+                if cfg.attention_plot and sid < cfg.attention_plot_sentences and hyps:
+                    plot_cross_attention(translator.ens.models[0], net["src_tokens"][row, :src_len], hyps[0],
+                                         data, cfg.attention_plot, sid, cfg.attention_layer)
+                if not inf.quiet:
+                    out.write("\n".join(lines) + "\n")
+        ids = sorted(hyps_out)
+        summary = [translator.speed()]
+        if ids:
+            bleu, signature = corpus_bleu([hyps_out[i] for i in ids], [refs_out[i] for i in ids])
+            against = f"--reference {cfg.reference}" if references is not None else "the decoded target side"
+            summary.append(f"Generate {cfg.gen_subset} with beam={gen.beam}: {bleu}")
+            summary.append(f"sacreBLEU signature: {signature} (detokenized, against {against})")
+        summary.append(f"total time, loading included: {time.perf_counter() - wall:.1f}s")
+        out.write("\n".join(summary) + "\n")
+    if cfg.results_path is not None:
+        print("\n".join(summary), file=sys.stderr)
+
+
+main = config_command("nmt-generate", GenerateJob, run, help=__doc__, arguments={"data": "data"})

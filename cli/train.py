@@ -1,5 +1,61 @@
-"""`nmt-train` (lands with its own issue)."""
+"""`nmt-train DATA_BIN [options]`: train a Transformer on a data-bin written by nmt-preprocess.
 
-from nmt.cli.common import not_implemented
+Runs as one process, as N local processes (--distributed-world-size N), or as one rank under
+torchrun (`torchrun --nproc_per_node N -m nmt.cli.train ...`). `--arch help` or
+`--list-plugins` lists the architectures and every other plugin.
+"""
 
-main = not_implemented("nmt-train")
+from __future__ import annotations
+
+import sys
+
+import click
+
+from nmt.cli.common import config_command
+from nmt.config.model import arch_preset
+from nmt.config.train import TrainJob
+from nmt.errors import UsageError
+from nmt.registry import REGISTRIES
+
+
+def plugin_listing() -> str:
+    """Every registered plugin by kind, with its one-line help."""
+    lines = []
+    for kind, registry in REGISTRIES.items():
+        lines.append(f"{kind} ({registry.option}):")
+        for name in registry.choices():
+            lines.append(f"  {name:<32} {registry.entry(name).help}")
+    return "\n".join(lines)
+
+
+def _list_and_exit(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        click.echo(plugin_listing())
+        ctx.exit(0)
+
+
+def preset(cfg):  # type: ignore[no-untyped-def]
+    """The --arch preset; `--arch help` lists the plugins instead of training."""
+    if cfg.model.arch in ("help", "list"):
+        click.echo(plugin_listing())
+        sys.exit(0)
+    return arch_preset(cfg)
+
+
+LIST_PLUGINS = click.Option(["--list-plugins"], is_flag=True, default=False, is_eager=True,
+                            callback=_list_and_exit, help="List architectures and every plugin, then exit.")
+
+
+def run(cfg: TrainJob, list_plugins: bool = False) -> None:
+    from nmt.training.loop import train
+
+    if not cfg.task.data:
+        raise UsageError("no data: give the data-bin folder nmt-preprocess wrote, e.g. nmt-train data-bin/multi30k_en_de")
+    train(cfg)
+
+
+main = config_command("nmt-train", TrainJob, run, help=__doc__, arguments={"data": "task.data"}, preset=preset,
+                      extra_params=[LIST_PLUGINS])
+
+if __name__ == "__main__":
+    main()

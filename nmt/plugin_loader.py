@@ -7,6 +7,7 @@ Code from a user folder is only imported when the user names that folder.
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import pkgutil
 import sys
@@ -22,16 +23,21 @@ _builtins_loaded = False
 _entry_points_loaded = False
 
 
-def load_builtin_plugins() -> None:
-    """Import every module under ``nmt.plugins`` so that the built-ins register themselves."""
+def load_builtin_plugins(kinds: tuple[str, ...] | None = None) -> None:
+    """Import every module under ``nmt.plugins`` so that the built-ins register themselves.
+
+    ``kinds`` (sub-package names such as ``("tokenizers", "bpe")``) limits the import to those
+    folders, so a command that needs no model plugins does not pay for importing torch."""
     global _builtins_loaded
     if _builtins_loaded:
         return
     import nmt.plugins as package
 
+    prefixes = None if kinds is None else tuple(f"nmt.plugins.{k}" for k in kinds)
     for info in pkgutil.walk_packages(package.__path__, prefix="nmt.plugins."):
-        importlib.import_module(info.name)
-    _builtins_loaded = True
+        if prefixes is None or info.name.startswith(prefixes):
+            importlib.import_module(info.name)
+    _builtins_loaded = kinds is None
 
 
 def load_entry_point_plugins() -> None:
@@ -64,9 +70,11 @@ def import_user_dir(user_dir: str | Path) -> str:
         return _loaded_user_dirs[resolved]
     package = f"nmt_user_dir_{len(_loaded_user_dirs)}_{path.resolve().name.replace('-', '_')}"
     init = path / "__init__.py"
-    spec = importlib.util.spec_from_file_location(
-        package, init if init.exists() else None, submodule_search_locations=[resolved]
-    )
+    if init.exists():
+        spec = importlib.util.spec_from_file_location(package, init, submodule_search_locations=[resolved])
+    else:  # a plain folder of .py files: a package with no __init__ (spec_from_file_location gives None)
+        spec = importlib.machinery.ModuleSpec(package, None, is_package=True)
+        spec.submodule_search_locations = [resolved]
     if spec is None:
         raise UsageError(f"--user-dir {user_dir}: cannot be imported as a package")
     module = importlib.util.module_from_spec(spec)
@@ -84,9 +92,9 @@ def import_user_dir(user_dir: str | Path) -> str:
     return package
 
 
-def load_plugins(user_dir: str | Path | None = None) -> None:
+def load_plugins(user_dir: str | Path | None = None, kinds: tuple[str, ...] | None = None) -> None:
     """Make every plugin available: built-ins, entry points, then the user's folder if given."""
-    load_builtin_plugins()
+    load_builtin_plugins(kinds)
     load_entry_point_plugins()
     if user_dir:
         import_user_dir(user_dir)

@@ -27,6 +27,7 @@ class FlagSpec:
     help: str
     group: str
     is_plugin_name: bool = False
+    plugins: tuple[str, ...] = ()  # for a plugin option: the plugins that declare it
 
 
 def _click_type(tp: Any) -> Any:
@@ -80,6 +81,8 @@ def flag_specs(schema: type) -> list[FlagSpec]:
             raise RuntimeError(f"flag {spec.flag} maps to both {old.path} and {spec.path}")
         if old is None:
             specs[spec.flag] = spec
+        else:
+            old.plugins += spec.plugins
 
     def walk(cls: type, prefix: str, section: str) -> None:
         for f in dataclasses.fields(cls):
@@ -103,14 +106,19 @@ def flag_specs(schema: type) -> list[FlagSpec]:
                         continue
                     for pf in dataclasses.fields(pcls):
                         pflag = pf.metadata.get("flag") or "--" + pf.name.replace("_", "-")
-                        phelp = f"({kind} {name}) {pf.metadata.get('help', '')}{_default_text(pf)}"
+                        phelp = f"{pf.metadata.get('help', '')}{_default_text(pf)}"
                         add(FlagSpec(pflag, f"{prefix}{f.name}.{pf.name}", _click_type(hints(pcls)[pf.name]),
-                                     phelp, group))
+                                     phelp, group, plugins=(f"{kind} {name}",)))
                 continue
             add(FlagSpec(flag, prefix + f.name, _click_type(tp), f.metadata.get("help", "") + _default_text(f),
                          group))
 
     walk(schema, "", "options")
+    for spec in specs.values():
+        if spec.plugins:
+            kind = spec.plugins[0].split()[0]
+            names = ", ".join(p.split(" ", 1)[1] for p in spec.plugins)
+            spec.help = f"({kind} {names}) {spec.help}"
     return list(specs.values())
 
 

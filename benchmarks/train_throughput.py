@@ -1,0 +1,158 @@
+"""Training throughput (target tokens per second) of nmt's trainer on Multi30k en-de, fp32 and --bf16,
+beside a stock ``torch.nn.Transformer`` of the same shape trained on the same batches (the anchor
+that makes numbers from a busy machine comparable).
+
+Setting (the fairseq 0.12 reference run in /work/shared/tools/RESULTS.md, ~2,390 wps fp32 on
+this 2-core CPU): 3+3 layers, d 256, FFN 1024, 4 heads, shared embeddings, dropout 0.1,
+adam (0.9, 0.98), lr 5e-4, inverse_sqrt warmup 4000, label smoothing 0.1, --max-tokens 4096.
+
+    python benchmarks/train_throughput.py [--data data-bin/multi30k_en_de] [--updates 60] [--warmup 5]
+
+The data-bin comes from ``scripts/quickstart.sh --from ../shared/data/multi30k``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import click
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+FAIRSEQ_FP32_WPS = 2390  # fairseq 0.12, same setting, this machine type, quiet (RESULTS.md)
+
+SETTING = [
+    "model.arch=transformer_base", "model.encoder_layers=3", "model.decoder_layers=3",
+    "model.encoder_embed_dim=256", "model.decoder_embed_dim=256", "model.encoder_ffn_embed_dim=1024",
+    "model.decoder_ffn_embed_dim=1024", "model.encoder_attention_heads=4", "model.decoder_attention_heads=4",
+    "model.share_all_embeddings=true", "model.dropout=0.1", "optimizer.name=adam",
+    "optimizer.adam_betas=(0.9,0.98)", "optimization.lr=0.0005", "lr_scheduler.name=inverse_sqrt",
+    "lr_scheduler.warmup_updates=4000", "criterion.name=label_smoothed_cross_entropy",
+    "criterion.label_smoothing=0.1", "task.max_tokens=4096", "checkpoint.no_save=true",
+    "task.disable_validation=true", "common.no_progress_bar=true",
+]
+
+
+def build_ours(data: Path, save_dir: Path, bf16: bool) -> Any:
+    """nmt's TrainingRun for the setting (model, criterion, optimizer, iterator: the real pieces)."""
+    from omegaconf import OmegaConf
+
+    from nmt.config.loader import resolve_config
+    from nmt.config.model import arch_preset
+    from nmt.config.train import TrainJob
+    from nmt.plugin_loader import load_plugins
+    from nmt.training import distributed
+    from nmt.training.loop import TrainingRun
+
+    load_plugins()
+    overrides = SETTING + [f"task.data={data}", f"checkpoint.save_dir={save_dir}", f"precision.bf16={bf16}"]
+    cfg = OmegaConf.to_object(resolve_config(TrainJob, overrides=overrides, preset=arch_preset))
+    return TrainingRun(cfg, distributed.init(cfg.distributed_training))
+
+
+def batches_forever(run: Any) -> Iterator[dict[str, Any]]:
+    while True:
+        yield from run.train_itr.next_epoch_itr()
+
+
+class StockTransformer(nn.Module):
+    """torch.nn.Transformer with one shared embedding / output matrix: the anchor, written plainly."""
+
+    def __init__(self, vocab: int, pad: int, dim: int = 256, heads: int = 4, layers: int = 3, ffn: int = 1024,
+                 dropout: float = 0.1):
+        super().__init__()
+        self.pad, self.dim = pad, dim
+        self.embed = nn.Embedding(vocab, dim, padding_idx=pad)
+        nn.init.normal_(self.embed.weight, std=dim ** -0.5)
+        self.core = nn.Transformer(dim, heads, layers, layers, ffn, dropout, batch_first=True)
+        self.dropout = nn.Dropout(dropout)
+        position = torch.arange(1024).unsqueeze(1)  # (P, 1)
+        freq = torch.exp(torch.arange(0, dim, 2) * (-math.log(10000.0) / dim))  # (C/2,)
+        pe = torch.zeros(1024, dim)
+        pe[:, 0::2], pe[:, 1::2] = torch.sin(position * freq), torch.cos(position * freq)
+        self.register_buffer("pe", pe, persistent=False)  # (P, C)
+
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens) * math.sqrt(self.dim) + self.pe[: tokens.size(1)]  # (B, T, C)
+        return self.dropout(x)
+
+    def forward(self, src: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+        causal = nn.Transformer.generate_square_subsequent_mask(prev.size(1))  # (T, T)
+        h = self.core(self.embed_tokens(src), self.embed_tokens(prev), tgt_mask=causal,
+                      src_key_padding_mask=src.eq(self.pad), tgt_key_padding_mask=prev.eq(self.pad),
+                      memory_key_padding_mask=src.eq(self.pad))  # (B, T, C)
+        return h @ self.embed.weight.t()  # (B, T, V)
+
+
+def stock_step_fn(vocab: int, pad: int, bf16: bool) -> Callable[[dict[str, Any]], None]:
+    model = StockTransformer(vocab, pad)
+    opt = torch.optim.Adam(model.parameters(), lr=5e-4, betas=(0.9, 0.98), foreach=True)
+    model.train()
+
+    def step(sample: dict[str, Any]) -> None:
+        net = sample["net_input"]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(net["src_tokens"], net["prev_output_tokens"])  # (B, T, V)
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), sample["target"].view(-1),
+                               ignore_index=pad, label_smoothing=0.1, reduction="sum")
+        (loss / sample["ntokens"]).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def measure(step: Callable[[dict[str, Any]], Any], batches: Iterator[dict[str, Any]], warmup: int,
+            updates: int) -> float:
+    """Target tokens per second over ``updates`` updates, after ``warmup`` untimed ones (collation included)."""
+    for _ in range(warmup):
+        step(next(batches))
+    tokens = 0
+    start = time.perf_counter()
+    for _ in range(updates):
+        sample = next(batches)
+        step(sample)
+        tokens += int(sample["ntokens"])
+    return tokens / (time.perf_counter() - start)
+
+
+@click.command(help=__doc__)
+@click.option("--data", default="data-bin/multi30k_en_de", show_default=True)
+@click.option("--updates", default=60, show_default=True, help="Timed updates per measurement.")
+@click.option("--warmup", default=5, show_default=True, help="Untimed updates first.")
+@click.option("--modes", default="fp32,bf16", show_default=True)
+@click.option("--no-stock", is_flag=True, help="Skip the nn.Transformer anchor.")
+def main(data: str, updates: int, warmup: int, modes: str, no_stock: bool) -> None:
+    data = Path(data)
+    if not (data / "metadata.json").is_file():
+        sys.exit(f"train_throughput.py: {data} is not a data-bin; run scripts/quickstart.sh "
+                 "--from ../shared/data/multi30k (or pass --data)")
+    save_dir = Path("/tmp") / "nmt_bench_train"
+    rows = []
+    for mode in modes.split(","):
+        bf16 = mode == "bf16"
+        run = build_ours(data, save_dir, bf16)
+        torch.manual_seed(1)
+        ours = measure(lambda s, t=run.trainer: t.train_step([s]), batches_forever(run), warmup, updates)
+        stock = None
+        if not no_stock:
+            step = stock_step_fn(len(run.data.tgt_dict), run.data.tgt_dict.pad(), bf16)
+            stock = measure(step, batches_forever(run), warmup, updates)
+        rows.append((mode, ours, stock))
+        print(f"{mode}: nmt {ours:,.0f} wps" + (f", stock nn.Transformer {stock:,.0f} wps" if stock else ""),
+              flush=True)
+    print(f"\nthreads {torch.get_num_threads()}, {updates} timed updates after {warmup} warm-up, "
+          f"--max-tokens 4096; fairseq 0.12 fp32 reference {FAIRSEQ_FP32_WPS:,} wps (quiet machine)")
+    print(f"{'mode':<6} {'nmt wps':>9} {'stock wps':>10} {'nmt/stock':>10} {'nmt/fairseq':>12}")
+    for mode, ours, stock in rows:
+        ratio = f"{ours / stock:.2f}" if stock else "-"
+        print(f"{mode:<6} {ours:>9,.0f} {stock or 0:>10,.0f} {ratio:>10} {ours / FAIRSEQ_FP32_WPS:>12.2f}")
+
+
+if __name__ == "__main__":
+    main()

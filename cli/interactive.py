@@ -1,0 +1,70 @@
+"""Translate raw sentences, one per line, from stdin or --input (nmt-interactive DATA --path CKPT).
+
+Each line goes through the data-bin's tokenizer and BPE, is translated in buffered batches, and
+comes out detokenized, one line per input line in input order."""
+
+from __future__ import annotations
+
+import sys
+from typing import IO, Iterator
+
+import torch
+
+from nmt.cli.common import config_command
+from nmt.config.generate import InteractiveJob
+from nmt.errors import UsageError
+from nmt.fileio import open_text
+
+
+def _buffered(stream: IO[str], size: int) -> Iterator[list[str]]:
+    chunk: list[str] = []
+    for line in stream:
+        chunk.append(line.rstrip("\n"))
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def run(cfg: InteractiveJob) -> None:
+    from nmt.data.text_pipeline import load_text_pipeline
+    from nmt.generation.inference import make_translator, open_data_dir, pad_batch
+    from nmt.generation.output import hypothesis_lines
+
+    torch.manual_seed(cfg.common.seed)
+    if not cfg.data:
+        raise UsageError("DATA is required: the data-bin folder whose dictionaries, tokenizer and BPE to use")
+    if cfg.buffer_size < 1:
+        raise UsageError(f"--buffer-size {cfg.buffer_size}: must be at least 1")
+    data = open_data_dir(cfg.data, cfg.source_lang, cfg.target_lang)
+    encode = load_text_pipeline(cfg.data, data.src).encode
+    detok = load_text_pipeline(cfg.data, data.tgt).decode
+    translator = make_translator(cfg.generation, cfg.inference, data, cfg.common.seed)
+    gen = cfg.generation
+    stream = sys.stdin if cfg.input == "-" else open_text(cfg.input)
+    start_id = 0
+    try:
+        for lines in _buffered(stream, cfg.buffer_size):
+            ids = [data.src_dict.encode_line(encode(line)) for line in lines]
+            src_tokens, src_lengths = pad_batch(ids, data.src_dict.pad())
+            results = translator.translate(src_tokens, src_lengths, need_attn=gen.print_alignment)
+            out = []
+            for k, hyps in enumerate(results):
+                sid = start_id + k
+                if cfg.verbose:
+                    out.append(f"S-{sid}\t{lines[k]}")
+                for rank, hyp in enumerate(hyps):
+                    more, text = hypothesis_lines(sid, hyp, data.tgt_dict, detok, int(src_lengths[k]),
+                                                  gen.print_alignment)
+                    out.extend(more if cfg.verbose else [text] if rank == 0 else [])
+            sys.stdout.write("\n".join(out) + "\n")
+            sys.stdout.flush()
+            start_id += len(lines)
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+    print(translator.speed(), file=sys.stderr)
+
+
+main = config_command("nmt-interactive", InteractiveJob, run, help=__doc__, arguments={"data": "data"})

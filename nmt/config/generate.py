@@ -1,0 +1,100 @@
+"""The configuration of `nmt-generate` and `nmt-interactive` (fairseq's flag names).
+
+``GenerationConfig`` holds the options every search strategy reads (beam size, length limits,
+penalties); a strategy with options of its own (sampling) contributes them through the ``search``
+plugin group. ``--beam 1`` with the beam strategy runs the greedy fast path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from nmt.config.common import CommonConfig
+from nmt.config.fields import opt, plugin_group
+
+GEN = "generation"
+
+
+@dataclass
+class GenerationConfig:
+    """What the search may produce and how hypotheses are scored."""
+
+    search: dict = plugin_group("search", "beam", "Search strategy.", flag="--search", group=GEN)
+    beam: int = opt(5, "Beam size (for sampling: the number of samples drawn per sentence).", group=GEN)
+    nbest: int = opt(1, "Hypotheses to output per sentence (at most --beam).", group=GEN)
+    max_len_a: float = opt(0.0, "Output length limit: a * source length + b (source length counts its eos).",
+                           group=GEN)
+    max_len_b: int = opt(200, "Output length limit: a * source length + b.", group=GEN)
+    min_len: int = opt(1, "Minimum output length (tokens before the end of sentence).", group=GEN)
+    lenpen: float = opt(1.0, "Length penalty: hypothesis score = sum of log-probs / length^lenpen "
+                             "(< 1 favours short outputs, > 1 long ones).", group=GEN)
+    unkpen: float = opt(0.0, "Unknown-word penalty, subtracted from <unk>'s log-probability.", group=GEN)
+    no_repeat_ngram_size: int = opt(0, "Never repeat an n-gram of this size in an output (0: off).", group=GEN)
+    print_alignment: bool = opt(False, "Print A- lines: for each target token the source position it "
+                                       "attends most (last decoder layer's cross-attention, averaged over heads).",
+                                group=GEN)
+
+
+@dataclass
+class InferenceConfig:
+    """The models and how the work is run."""
+
+    path: Optional[str] = opt(None, "Checkpoint(s) to translate with; several joined by ':' form an ensemble "
+                                    "(their log-probabilities are averaged).", group="inference")
+    bf16: bool = opt(False, "Run the models under bfloat16 autocast (faster on CPUs with bf16 support).",
+                     group="inference")
+    threads: Optional[int] = opt(None, "torch intra-op threads [default: torch's choice].", group="inference")
+    max_tokens: Optional[int] = opt(None, "Maximum source tokens (padding included) in a batch.", group="inference")
+    batch_size: Optional[int] = opt(None, "Maximum sentences in a batch [default: 128 when --max-tokens is unset].",
+                                    group="inference")
+    quiet: bool = opt(False, "Print only the summary (speed, BLEU), not the hypotheses.", group="inference")
+
+
+@dataclass
+class GenerateJob:
+    """`nmt-generate DATA --path CKPT`: translate a binarized split and score it."""
+
+    common: CommonConfig = field(default_factory=CommonConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    inference: InferenceConfig = field(default_factory=InferenceConfig)
+    data: Optional[str] = opt(None, "The data-bin folder written by nmt-preprocess.", cli=False)
+    gen_subset: str = opt("test", "Split to translate (train, valid, test, ...).")
+    source_lang: Optional[str] = opt(None, "Source language [default: read from the data-bin].")
+    target_lang: Optional[str] = opt(None, "Target language [default: read from the data-bin].")
+    results_path: Optional[str] = opt(None, "Write the output to DIR/generate-SUBSET.txt instead of stdout.")
+    reference: Optional[str] = opt(None, "Raw (untokenized) reference text for BLEU [default: the target side "
+                                         "of the split, BPE removed and detokenized].")
+    attention_plot: Optional[str] = opt(None, "Save cross-attention heatmaps (PNG, one per head) of the first "
+                                              "--attention-plot-sentences sentences in this folder "
+                                              "(needs matplotlib).")
+    attention_plot_sentences: int = opt(3, "How many sentences --attention-plot draws.")
+    attention_layer: int = opt(-1, "Decoder layer whose cross-attention --attention-plot draws (-1: the last).")
+
+
+@dataclass
+class InteractiveJob:
+    """`nmt-interactive DATA --path CKPT`: translate raw sentences from stdin or --input."""
+
+    common: CommonConfig = field(default_factory=CommonConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    inference: InferenceConfig = field(default_factory=InferenceConfig)
+    data: Optional[str] = opt(None, "The data-bin folder (its dictionaries, tokenizer and BPE are used).", cli=False)
+    input: str = opt("-", "File of raw sentences, one per line ('-': stdin).")
+    buffer_size: int = opt(64, "Sentences read before a batch is translated.")
+    source_lang: Optional[str] = opt(None, "Source language [default: read from the data-bin].")
+    target_lang: Optional[str] = opt(None, "Target language [default: read from the data-bin].")
+    verbose: bool = opt(False, "Print fairseq's S-/H-/D-/P- lines instead of only the translations.")
+
+
+@dataclass
+class AverageJob:
+    """`nmt-average-checkpoints`: the element-wise mean of several checkpoints' parameters."""
+
+    common: CommonConfig = field(default_factory=CommonConfig)
+    inputs: Optional[str] = opt(None, "Checkpoint files joined by ':' (or ','), or one folder with "
+                                      "--num-epoch-checkpoints / --num-update-checkpoints.")
+    output: Optional[str] = opt(None, "The averaged checkpoint to write.")
+    num_epoch_checkpoints: Optional[int] = opt(None, "Average the last N checkpointEPOCH.pt files of the folder.")
+    num_update_checkpoints: Optional[int] = opt(None, "Average the last N checkpoint_EPOCH_UPDATE.pt files of the "
+                                                      "folder.")

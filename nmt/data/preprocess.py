@@ -1,0 +1,290 @@
+"""`nmt-preprocess`: parallel text -> dictionaries, BPE codes, binarized splits and metadata.json.
+
+Everything is written into a temp folder beside ``destdir`` and renamed into place at the end, so
+a failed or interrupted run leaves the destdir as it was. Passes (each parallel over byte ranges,
+see ``nmt.data.binarizer``): tokenize -> learn BPE on train -> apply BPE -> build dictionaries from
+train -> binarize every split. Empty lines are kept (as a sentence holding only ``</s>``) and
+counted per split in metadata.json.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from nmt.config.preprocess import PreprocessConfig, PreprocessJob
+from nmt.data.binarizer import FileStats, PassRunner, binarize, text_pass
+from nmt.data.corpus_files import as_plain_file, check_nonempty, count_lines, find_input
+from nmt.data.data_dir import destdir_state, job_fingerprint, move_into_place, new_temp_dir
+from nmt.data.dictionary import Dictionary
+from nmt.data.indexed_dataset import FORMAT_VERSION
+from nmt.data.text_pipeline import codes_file_name, plugin_config
+from nmt.errors import DataError, UsageError
+from nmt.fileio import atomic_write_text
+from nmt.registry import BPE, TOKENIZER
+
+METADATA_VERSION = 1
+
+
+@dataclass
+class Split:
+    name: str  # train, valid, valid1, test, ...
+    inputs: dict[str, Path]  # lang -> the user's file
+    text: dict[str, Path]  # lang -> current plain text (changes after each text pass)
+
+
+def _splits(cfg: PreprocessConfig) -> list[Split]:
+    langs = (cfg.source_lang, cfg.target_lang)
+    out: list[Split] = []
+    for kind, prefixes, option in (("train", cfg.trainpref, "--trainpref"), ("valid", cfg.validpref, "--validpref"),
+                                   ("test", cfg.testpref, "--testpref")):
+        if not prefixes:
+            continue
+        for k, prefix in enumerate(p for p in prefixes.split(",") if p):
+            name = kind if k == 0 else f"{kind}{k}"
+            inputs = {lang: find_input(prefix, lang, cfg.input_format, option) for lang in langs}
+            out.append(Split(name, inputs, dict(inputs)))
+    return out
+
+
+def _check_options(cfg: PreprocessConfig) -> None:
+    if not cfg.source_lang or not cfg.target_lang:
+        raise UsageError("--source-lang and --target-lang are required (e.g. --source-lang en --target-lang de)")
+    if cfg.source_lang == cfg.target_lang:
+        raise UsageError(f"--source-lang and --target-lang are both {cfg.source_lang!r}; give two languages")
+    if not (cfg.trainpref or cfg.validpref or cfg.testpref):
+        raise UsageError("nothing to do: give --trainpref (and usually --validpref/--testpref)")
+    if not cfg.trainpref and not (cfg.srcdict and (cfg.tgtdict or cfg.joined_dictionary)):
+        raise UsageError("without --trainpref, give --srcdict and --tgtdict (or --joined-dictionary --srcdict)")
+    if not cfg.trainpref and not BPE.get(cfg.bpe["name"]).identity:
+        raise UsageError(f"--bpe {cfg.bpe['name']} is learned on the training split: give --trainpref")
+    if cfg.joined_dictionary and cfg.tgtdict:
+        raise UsageError("--joined-dictionary uses --srcdict for both languages; drop --tgtdict")
+    if cfg.workers < 1:
+        raise UsageError(f"--workers {cfg.workers}: must be at least 1")
+    for option, path in (("--srcdict", cfg.srcdict), ("--tgtdict", cfg.tgtdict)):
+        if path and not Path(path).is_file():
+            raise UsageError(f"{option} {path}: no such file")
+
+
+def _build_dictionary(given: str | None, counts: Counter, threshold: int, nwords: int) -> Dictionary:
+    if given:
+        return Dictionary.load(given)
+    return Dictionary.from_counts(counts, threshold=threshold, nwords=nwords)
+
+
+def run_preprocess(job: PreprocessJob) -> dict[str, Any]:
+    """Run the whole job; returns the metadata written (or found up to date) in destdir."""
+    cfg, user_dir = job.preprocess, job.common.user_dir
+    started = time.perf_counter()
+    _check_options(cfg)
+    tokenizer_cls, bpe_cls = TOKENIZER.get(cfg.tokenizer["name"]), BPE.get(cfg.bpe["name"])
+    splits = _splits(cfg)
+    destdir = Path(cfg.destdir)
+    options = {k: v for k, v in asdict(cfg).items() if k not in ("workers", "overwrite", "destdir")}
+    inputs = [p for s in splits for p in s.inputs.values()] + [Path(p) for p in (cfg.srcdict, cfg.tgtdict) if p]
+    fingerprint = job_fingerprint(options, inputs, user_dir)
+    state = destdir_state(destdir, fingerprint, cfg.overwrite)
+    if state == "same":
+        print(f"nmt-preprocess: {destdir} is up to date (same options and inputs); nothing to do")
+        return json.loads((destdir / "metadata.json").read_text(encoding="utf-8"))
+
+    tmp = new_temp_dir(destdir)
+    work = tmp / ".work"
+    work.mkdir()
+    laps = Laps()
+    runner = PassRunner(cfg.workers, user_dir)
+    try:
+        meta = _run_in(tmp, work, cfg, user_dir, splits, runner, tokenizer_cls, bpe_cls, fingerprint, laps)
+        runner.close()
+        shutil.rmtree(work)
+        move_into_place(tmp, destdir, state)
+    except BaseException:
+        runner.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _print_summary(meta, destdir, time.perf_counter() - started, laps.times)
+    return meta
+
+
+@dataclass
+class _Run:
+    """What the steps of one job share."""
+
+    out: Path  # the temp folder that becomes destdir
+    work: Path  # scratch space inside it, deleted before the rename
+    cfg: PreprocessConfig
+    splits: list[Split]
+    runner: PassRunner
+    laps: "Laps"
+
+    @property
+    def langs(self) -> tuple[str, str]:
+        return self.cfg.source_lang, self.cfg.target_lang  # type: ignore[return-value]
+
+    @property
+    def train(self) -> Split | None:
+        return next((s for s in self.splits if s.name == "train"), None)
+
+
+def _run_in(out: Path, work: Path, cfg: PreprocessConfig, user_dir: str | None, splits: list[Split],
+            runner: PassRunner, tokenizer_cls: Any, bpe_cls: Any, fingerprint: str,
+            laps: "Laps") -> dict[str, Any]:
+    run = _Run(out, work, cfg, splits, runner, laps)
+    _check_inputs(run)
+    train_counts, codes = _text_passes(run, tokenizer_cls, bpe_cls)
+    dicts = _dictionaries(cfg, train_counts)
+    for lang in run.langs:
+        dicts[lang].save(out / f"dict.{lang}.txt")
+    split_meta = _binarize_splits(run, dicts)
+    src, tgt = run.langs
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "metadata_version": METADATA_VERSION,
+        "source_lang": src,
+        "target_lang": tgt,
+        "langs": [src, tgt],
+        "joined_dictionary": cfg.joined_dictionary,
+        "dictionaries": {lang: {"file": f"dict.{lang}.txt", "size": len(dicts[lang]),
+                                "fingerprint": dicts[lang].fingerprint()} for lang in run.langs},
+        "pipeline": {"tokenizer": dict(cfg.tokenizer), "bpe": {**dict(cfg.bpe), "codes": codes},
+                     "user_dir": str(Path(user_dir).resolve()) if user_dir else None},
+        "empty_lines": "kept: an empty line becomes a sentence holding only </s>; counted per split",
+        "splits": split_meta,
+        "job_fingerprint": fingerprint,
+    }
+    atomic_write_text(out / "metadata.json", json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    return meta
+
+
+def _check_inputs(run: _Run) -> None:
+    """Plain input, not empty, the same number of lines on both sides of every split."""
+    src, tgt = run.langs
+    for s in run.splits:
+        for lang in run.langs:
+            check_nonempty(s.inputs[lang], s.inputs[lang])
+            s.text[lang] = as_plain_file(s.inputs[lang], run.work)
+        n_src, n_tgt = count_lines(s.text[src]), count_lines(s.text[tgt])
+        if n_src != n_tgt:
+            raise DataError(f"{s.inputs[src]} has {n_src} lines but {s.inputs[tgt]} has {n_tgt}; "
+                            "the two sides of a split must be line-aligned")
+    run.laps.lap("check inputs")
+
+
+def _text_pass_all(run: _Run, step_for: Any, tag: str, train_counts: dict[str, Counter]) -> None:
+    """Apply one text step to every split; count the training text it produces."""
+    for s in run.splits:
+        for lang in run.langs:
+            dst = run.work / f"{s.name}.{tag}.{lang}"
+            stats = text_pass(run.runner, s.text[lang], dst, str(s.inputs[lang]), step_for(lang), s is run.train,
+                              run.work)
+            s.text[lang] = dst
+            if s is run.train:
+                train_counts[lang] = stats.counts
+
+
+def _text_passes(run: _Run, tokenizer_cls: Any, bpe_cls: Any) -> tuple[dict[str, Counter], dict[str, str]]:
+    """Tokenize, learn BPE on the training text, apply it. Returns the token counts of the final
+    training text (for the dictionaries) and the codes file of each language."""
+    cfg, out, (src, tgt) = run.cfg, run.out, run.langs
+    train_counts: dict[str, Counter] = {}
+    if not tokenizer_cls.identity:
+        _text_pass_all(run, lambda lang: ("tokenizer", dict(cfg.tokenizer), lang), "tok", train_counts)
+        run.laps.lap("tokenize")
+    codes: dict[str, str] = {}
+    if not bpe_cls.identity:
+        if not train_counts:
+            _count_train(run, train_counts)
+        bpe_cfg = plugin_config(BPE, cfg.bpe)
+        if cfg.joined_dictionary:
+            codes = {src: codes_file_name(None), tgt: codes_file_name(None)}
+            bpe_cls.learn(bpe_cfg, train_counts[src] + train_counts[tgt], out / codes[src])
+        else:
+            for lang in run.langs:
+                codes[lang] = codes_file_name(lang)
+                bpe_cls.learn(bpe_cfg, train_counts[lang], out / codes[lang])
+        run.laps.lap("learn bpe")
+        train_counts.clear()
+        _text_pass_all(run, lambda lang: ("bpe", dict(cfg.bpe), str(out / codes[lang])), "bpe", train_counts)
+        run.laps.lap("apply bpe")
+    if not train_counts:
+        _count_train(run, train_counts)
+        run.laps.lap("count")
+    return train_counts, codes
+
+
+def _dictionaries(cfg: PreprocessConfig, counts: dict[str, Counter]) -> dict[str, Dictionary]:
+    """From the training counts (or the given files); one shared object when joined."""
+    src, tgt = cfg.source_lang, cfg.target_lang
+    if cfg.joined_dictionary:
+        joint = counts.get(src, Counter()) + counts.get(tgt, Counter())
+        d = _build_dictionary(cfg.srcdict, joint, cfg.thresholdsrc, cfg.nwordssrc)
+        return {src: d, tgt: d}
+    return {src: _build_dictionary(cfg.srcdict, counts.get(src, Counter()), cfg.thresholdsrc, cfg.nwordssrc),
+            tgt: _build_dictionary(cfg.tgtdict, counts.get(tgt, Counter()), cfg.thresholdtgt, cfg.nwordstgt)}
+
+
+def _binarize_splits(run: _Run, dicts: dict[str, Dictionary]) -> dict[str, Any]:
+    """Write every split's .bin/.idx (and its text with --keep-text); returns per-split stats."""
+    cfg, out, (src, tgt) = run.cfg, run.out, run.langs
+    split_meta: dict[str, Any] = {}
+    for s in run.splits:
+        split_meta[s.name] = {}
+        for lang in run.langs:
+            dict_file = out / f"dict.{src if cfg.joined_dictionary else lang}.txt"  # workers load it once
+            stats = binarize(run.runner, s.text[lang], str(s.inputs[lang]), dict_file, dicts[lang],
+                             out / f"{s.name}.{src}-{tgt}.{lang}")
+            split_meta[s.name][lang] = _split_stats(stats)
+        if cfg.keep_text:
+            (out / "text").mkdir(exist_ok=True)
+            for lang in run.langs:
+                shutil.copyfile(s.text[lang], out / "text" / f"{s.name}.{lang}")
+    run.laps.lap("dictionaries + binarize")
+    return split_meta
+
+
+def _count_train(run: _Run, counts: dict[str, Counter]) -> None:
+    """Token counts of the current training text (when no text pass counted them already)."""
+    if run.train is None:
+        return
+    for lang in run.langs:
+        counts[lang] = text_pass(run.runner, run.train.text[lang], None, str(run.train.inputs[lang]), None, True,
+                                 run.work).counts
+
+
+def _split_stats(stats: FileStats) -> dict[str, Any]:
+    return {"sentences": stats.lines, "tokens": stats.tokens + stats.lines, "words": stats.tokens,
+            "unk": stats.unk, "unk_rate": round(stats.unk / stats.tokens, 6) if stats.tokens else 0.0,
+            "empty_lines": stats.empty}
+
+
+def _print_summary(meta: dict[str, Any], destdir: Path, seconds: float, laps: dict[str, float]) -> None:
+    langs = meta["langs"]
+    dicts = ", ".join(f"{lang} {meta['dictionaries'][lang]['size']} types" for lang in langs)
+    print(f"nmt-preprocess: wrote {destdir} in {seconds:.1f} s; dictionaries: {dicts}"
+          + (" (joined)" if meta["joined_dictionary"] else ""))
+    for split, by_lang in meta["splits"].items():
+        for lang in langs:
+            s = by_lang[lang]
+            print(f"  {split:<8} {lang}: {s['sentences']:>9} sentences {s['tokens']:>11} tokens "
+                  f"unk {100 * s['unk_rate']:.2f}%  empty lines {s['empty_lines']}")
+    print("  time: " + ", ".join(f"{name} {t:.1f} s" for name, t in laps.items()))
+
+
+class Laps:
+    """Seconds spent in each named step, for the summary (kept out of metadata.json, which must
+    not change from one run to the next)."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.times[name] = self.times.get(name, 0.0) + now - self._last
+        self._last = now

@@ -1,0 +1,143 @@
+"""Raw text <-> model text: a tokenizer followed by a subword (BPE) model.
+
+Plugins subclass :class:`Tokenizer` / :class:`BPE` and register with ``register_tokenizer`` /
+``register_bpe``. ``nmt-preprocess`` records the pipeline in ``metadata.json`` and stores the BPE
+codes in the data folder, so :func:`load_text_pipeline` rebuilds the very same pipeline later
+(``nmt-generate``/``nmt-interactive`` on raw input, and undoing it on their output).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from nmt.errors import DataError
+
+TEXT_PLUGIN_KINDS = ("tokenizers", "bpe")  # the built-in plugin folders text processing needs
+
+
+class Tokenizer:
+    """Splits raw text into space-separated tokens (``encode``) and joins them back (``decode``)."""
+
+    identity = False  # True when encode() only normalises whitespace: preprocess then skips the pass
+
+    def __init__(self, cfg: Any, lang: str):
+        self.cfg = cfg
+        self.lang = lang
+
+    def encode(self, line: str) -> str:
+        raise NotImplementedError
+
+    def decode(self, line: str) -> str:
+        raise NotImplementedError
+
+
+class BPE:
+    """Splits tokens into subwords. ``learn`` writes the model (codes) to a file from word counts;
+    an instance applies the codes read from that file."""
+
+    identity = False  # True for "no subwords": no codes are learned or stored
+
+    def __init__(self, cfg: Any, codes_path: Path | None):
+        self.cfg = cfg
+        self.codes_path = codes_path
+
+    @classmethod
+    def learn(cls, cfg: Any, word_counts: dict[str, int], codes_path: Path) -> None:
+        """Learn the subword model from ``{token: count}`` of the training text; write ``codes_path``."""
+        raise NotImplementedError
+
+    def encode(self, line: str) -> str:
+        raise NotImplementedError
+
+    def decode(self, line: str) -> str:
+        raise NotImplementedError
+
+
+class TextPipeline:
+    """tokenizer then BPE; ``decode`` undoes them in the reverse order."""
+
+    def __init__(self, tokenizer: Tokenizer, bpe: BPE):
+        self.tokenizer = tokenizer
+        self.bpe = bpe
+
+    def encode(self, line: str) -> str:
+        """Exactly what nmt-preprocess does to a line (whitespace normalised after each step)."""
+        return normalize_space(self.bpe.encode(normalize_space(self.tokenizer.encode(line))))
+
+    def decode(self, line: str) -> str:
+        return self.tokenizer.decode(self.bpe.decode(line))
+
+
+def normalize_space(line: str) -> str:
+    """Single spaces between tokens, none at the ends (a step's output can contain no newline)."""
+    return " ".join(line.split())
+
+
+def codes_file_name(lang: str | None) -> str:
+    """Where BPE codes live in a data folder: one joint file, or one per language."""
+    return "bpe.codes" if lang is None else f"bpe.codes.{lang}"
+
+
+def plugin_config(registry: Any, spec: dict[str, Any]) -> Any:
+    """The plugin's config dataclass filled from ``spec`` (``{"name": ..., **options}``), or None."""
+    from nmt.registry import to_dataclass
+
+    cls = registry.config_class(spec["name"])
+    options = {k: v for k, v in spec.items() if k not in ("name", "codes")}
+    return to_dataclass(cls, options) if cls is not None else None
+
+
+def build_tokenizer(spec: dict[str, Any], lang: str) -> Tokenizer:
+    """Tokenizer plugin ``spec["name"]`` with its options from ``spec``, for language ``lang``."""
+    from nmt.registry import TOKENIZER
+
+    return TOKENIZER.get(spec["name"])(plugin_config(TOKENIZER, spec), lang)
+
+
+def build_bpe(spec: dict[str, Any], codes_path: Path | None) -> BPE:
+    """BPE plugin ``spec["name"]`` with its options, applying the codes in ``codes_path``."""
+    from nmt.registry import BPE as BPE_REGISTRY
+
+    return BPE_REGISTRY.get(spec["name"])(plugin_config(BPE_REGISTRY, spec), codes_path)
+
+
+def read_metadata(data_dir: str | Path) -> dict[str, Any]:
+    path = Path(data_dir) / "metadata.json"
+    if not path.is_file():
+        raise DataError(f"{path}: missing; {data_dir} is not a folder written by nmt-preprocess")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: not valid JSON ({e}); re-run nmt-preprocess") from None
+
+
+def _load_recorded_user_dir(data_dir: str | Path, pipeline: dict[str, Any]) -> None:
+    """Import the --user-dir that nmt-preprocess ran with, when its plugins are not loaded yet."""
+    from nmt.plugin_loader import load_plugins
+    from nmt.registry import BPE as BPE_REGISTRY, TOKENIZER
+
+    user_dir = pipeline.get("user_dir")
+    known = pipeline["tokenizer"]["name"] in TOKENIZER and pipeline["bpe"]["name"] in BPE_REGISTRY
+    if known or not user_dir:
+        return
+    if not Path(user_dir).is_dir():
+        raise DataError(f"{Path(data_dir) / 'metadata.json'}: its tokenizer/BPE plugins came from --user-dir "
+                        f"{user_dir}, which no longer exists; pass --user-dir with their new folder")
+    load_plugins(user_dir, TEXT_PLUGIN_KINDS)
+
+
+def load_text_pipeline(data_dir: str | Path, lang: str) -> TextPipeline:
+    """The tokenizer + BPE that ``nmt-preprocess`` applied to language ``lang`` of ``data_dir``."""
+    from nmt.plugin_loader import load_plugins
+
+    meta = read_metadata(data_dir)
+    pipeline = meta["pipeline"]
+    if lang not in meta["langs"]:
+        raise DataError(f"{data_dir}: holds languages {', '.join(meta['langs'])}, not {lang!r}")
+    load_plugins(None, TEXT_PLUGIN_KINDS)
+    _load_recorded_user_dir(data_dir, pipeline)
+    codes = pipeline["bpe"].get("codes", {}).get(lang)
+    return TextPipeline(build_tokenizer(pipeline["tokenizer"], lang),
+                        build_bpe(pipeline["bpe"], Path(data_dir) / codes if codes else None))

@@ -1,0 +1,62 @@
+"""Heatmaps of the encoder-decoder attention of a translation, one PNG per head of one layer.
+
+The weights are recomputed with one teacher-forced pass over the best hypothesis (the model's
+``attention_weights``), so the search itself never has to keep every head of every layer.
+matplotlib is an optional extra (``pip install 'nmt[plot]'``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nmt.errors import UsageError
+from nmt.generation.search import Hypothesis
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("--attention-plot needs matplotlib: pip install 'nmt[plot]' (or pip install matplotlib)") \
+            from None
+    return plt
+
+
+def plot_cross_attention(model: Any, src_tokens: torch.Tensor, hyp: Hypothesis, data: Any, folder: str,
+                         sid: int, layer: int = -1) -> list[Path]:
+    """Save ``folder/sent{sid}_layer{L}_head{h}.png`` for every head of decoder layer ``layer``.
+
+    ``src_tokens`` (S,) is the unpadded source (eos included); ``data`` has src_dict/tgt_dict."""
+    plt = _pyplot()
+    src = src_tokens.unsqueeze(0)  # (1, S)
+    prev = torch.cat([torch.tensor([data.tgt_dict.bos()]), hyp.tokens[:-1]]).unsqueeze(0)  # (1, T)
+    with torch.inference_mode():
+        weights = model.attention_weights(src, torch.tensor([src.size(1)]), prev)["cross"]
+    if not -len(weights) <= layer < len(weights):
+        raise UsageError(f"--attention-layer {layer}: the decoder has {len(weights)} layers (use 0..{len(weights) - 1}"
+                         " or -1 for the last)")
+    attn = weights[layer][0].float()  # (H, T, S)
+    src_labels = [data.src_dict[i] for i in src_tokens.tolist()]
+    tgt_labels = [data.tgt_dict[i] for i in hyp.tokens.tolist()]
+    out_dir = Path(folder)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    number = layer % len(weights)
+    saved = []
+    for head in range(attn.size(0)):
+        fig, ax = plt.subplots(figsize=(max(4, 0.4 * len(src_labels)), max(3, 0.4 * len(tgt_labels))))
+        ax.imshow(attn[head].numpy(), cmap="viridis", aspect="auto", vmin=0.0, vmax=1.0)
+        ax.set_xticks(range(len(src_labels)), src_labels, rotation=90, fontsize=7)
+        ax.set_yticks(range(len(tgt_labels)), tgt_labels, fontsize=7)
+        ax.set_title(f"sentence {sid}, layer {number}, head {head}", fontsize=8)
+        fig.tight_layout()
+        path = out_dir / f"sent{sid}_layer{number}_head{head}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        saved.append(path)
+    return saved

@@ -1,0 +1,111 @@
+"""One or several models seen by a search as a single next-token distribution.
+
+Each model keeps its own encoder output and key/value cache (incremental state); a step
+feeds only the newest token. An ensemble's distribution is the average of the members'
+probabilities taken in log space (logsumexp - log n), as fairseq does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+
+DEFAULT_MAX_POSITIONS = 1024
+
+
+def _split_decoder_output(out: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(logits, cross-attention (B, T, S) or None) from what the decoder returned.
+
+    With ``need_weights`` the decoder returns ``(logits, {"cross": [per layer (B, H, T, S)]})``;
+    the alignment uses the last layer averaged over its heads, as fairseq does."""
+    if isinstance(out, torch.Tensor):
+        return out, None
+    logits, extra = out[0], (out[1] if len(out) > 1 else None)
+    attn = extra.get("cross") if isinstance(extra, dict) else None
+    if isinstance(attn, (list, tuple)):
+        attn = attn[-1] if attn else None
+    if attn is not None and attn.dim() == 4:
+        attn = attn.mean(dim=1)  # (B, T, S) average over heads
+    return logits, attn
+
+
+def _static_cache_keys(model: torch.nn.Module) -> set[str]:
+    """Cache slots of encoder-decoder attention modules: they hold the projected encoder output,
+    which never changes while decoding (nmt.models.attention.AttentionBase's ``state_key``)."""
+    return {m.state_key for m in model.modules()
+            if getattr(m, "self_attention", True) is False and isinstance(getattr(m, "state_key", None), str)}
+
+
+class EnsembleModel:
+    """The models a search decodes with, their encoder outputs and caches."""
+
+    def __init__(self, models: Sequence[torch.nn.Module]):
+        if not models:
+            raise ValueError("an ensemble needs at least one model")
+        self.models = list(models)
+        for m in self.models:
+            m.eval()
+        self._static_keys = [_static_cache_keys(m) for m in self.models]
+
+    def max_target_positions(self) -> int:
+        """The longest output every member can position-encode (its max target positions)."""
+        limits = []
+        for m in self.models:
+            decoder = getattr(m, "decoder", None)
+            positional = getattr(getattr(decoder, "embedder", None), "positional", None)
+            for owner, name in ((m, "max_target_positions"), (decoder, "max_target_positions"),
+                                (positional, "max_positions")):
+                value = getattr(owner, name, None)
+                if callable(value):
+                    value = value()
+                if isinstance(value, int) and value > 0:
+                    limits.append(value)
+                    break
+        return min(limits) if limits else DEFAULT_MAX_POSITIONS
+
+    def encode(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor) -> list[Any]:
+        return [m.encoder(src_tokens, src_lengths) for m in self.models]
+
+    def new_states(self) -> list[dict]:
+        return [{} for _ in self.models]
+
+    def reorder_encoder(self, encs: list[Any], order: torch.Tensor) -> list[Any]:
+        return [m.reorder_encoder_out(e, order) for m, e in zip(self.models, encs)]
+
+    def reorder_states(self, states: list[dict], order: torch.Tensor, within_sentences: bool = False) -> list[dict]:
+        """Rows of every cache in ``order``. ``within_sentences``: each row moves only among the
+        rows of its own sentence (beams re-ranked, none dropped), so the encoder-side entries,
+        identical across a sentence's rows, are left alone."""
+        out = []
+        for m, s, static in zip(self.models, states, self._static_keys):
+            if within_sentences and static:
+                moving = {k: v for k, v in s.items() if k not in static}
+                m.reorder_incremental_state(moving, order)
+                s.update(moving)
+                out.append(s)
+                continue
+            new = m.reorder_incremental_state(s, order)
+            out.append(s if new is None else new)  # in-place reorder returns None
+        return out
+
+    def step(self, tokens: torch.Tensor, encs: list[Any], states: list[dict],
+             need_attn: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probabilities (N, V) of the next token after prefix ``tokens`` (N, t), in fp32,
+        and the cross-attention (N, S) of that step averaged over the members (or None)."""
+        lprobs_all, attn_sum = [], None
+        for m, enc, state in zip(self.models, encs, states):
+            extra = {"need_weights": True} if need_attn else {}
+            logits, attn = _split_decoder_output(m.decoder(tokens, enc, incremental_state=state, **extra))
+            lprobs_all.append(F.log_softmax(logits[:, -1, :].float(), dim=-1))  # (N, V)
+            if need_attn and attn is not None:
+                a = attn[:, -1, :].float()  # (N, S)
+                attn_sum = a if attn_sum is None else attn_sum + a
+        if len(lprobs_all) == 1:
+            lprobs = lprobs_all[0]
+        else:
+            lprobs = torch.logsumexp(torch.stack(lprobs_all, 0), 0) - math.log(len(lprobs_all))  # (N, V)
+        attn = attn_sum / len(self.models) if attn_sum is not None else None
+        return lprobs, attn

@@ -1,0 +1,132 @@
+"""What nmt-generate and nmt-interactive share: opening the data-bin's dictionaries, loading the
+checkpoint(s) as an ensemble, and translating a padded batch with the configured search."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ContextManager, Sequence
+
+import torch
+
+from nmt.config.generate import GenerationConfig, InferenceConfig
+from nmt.errors import UsageError
+from nmt.generation.ensemble import EnsembleModel
+from nmt.generation.search import Hypothesis, Search, build_search
+
+
+@dataclass
+class DataDir:
+    """A data-bin folder's languages and dictionaries."""
+
+    path: Path
+    src: str
+    tgt: str
+    src_dict: Any
+    tgt_dict: Any
+
+
+def open_data_dir(data: str | None, source_lang: str | None, target_lang: str | None) -> DataDir:
+    """The languages (from the flags or metadata.json) and dictionaries of ``data``."""
+    from types import SimpleNamespace
+
+    from nmt.data.dictionary import Dictionary
+    from nmt.training.job_setup import resolve_langs
+
+    src, tgt = resolve_langs(SimpleNamespace(data=data, source_lang=source_lang, target_lang=target_lang))
+    folder = Path(data)  # type: ignore[arg-type]
+    for lang in (src, tgt):
+        if not (folder / f"dict.{lang}.txt").is_file():
+            raise UsageError(f"{folder}: no dict.{lang}.txt; check --source-lang/--target-lang or re-run "
+                             "nmt-preprocess")
+    src_dict = Dictionary.load(folder / f"dict.{src}.txt")
+    tgt_dict = Dictionary.load(folder / f"dict.{tgt}.txt")
+    return DataDir(folder, src, tgt, src_dict, tgt_dict)
+
+
+def checkpoint_paths(spec: str | None) -> list[str]:
+    """``--path a.pt:b.pt`` -> ["a.pt", "b.pt"]."""
+    paths = [p for p in (spec or "").split(":") if p]
+    if not paths:
+        raise UsageError("--path is required: the checkpoint to translate with (several joined by ':' "
+                         "form an ensemble), e.g. --path checkpoints/checkpoint_best.pt")
+    return paths
+
+
+def load_model(path: str, src_dict: Any, tgt_dict: Any) -> torch.nn.Module:
+    """Build the model a checkpoint describes and load its weights; its dictionaries must match."""
+    from nmt.models.build import build_model
+    from nmt.training.checkpoints import check_dictionaries, load_model_for_inference
+
+    model_cfg, weights, fingerprints = load_model_for_inference(path)
+    check_dictionaries({"dictionaries": fingerprints}, path, {"source": src_dict, "target": tgt_dict})
+    model = build_model(model_cfg, src_dict, tgt_dict)
+    model.load_state_dict(weights)
+    return model.eval()
+
+
+def load_ensemble(spec: str | None, src_dict: Any, tgt_dict: Any) -> EnsembleModel:
+    return EnsembleModel([load_model(p, src_dict, tgt_dict) for p in checkpoint_paths(spec)])
+
+
+def autocast(bf16: bool) -> ContextManager:
+    """bfloat16 autocast for the models when --bf16, else nothing."""
+    if not bf16:
+        return contextlib.nullcontext()
+    from nmt.config.train import PrecisionConfig
+    from nmt.training.precision import Precision
+
+    return Precision(PrecisionConfig(bf16=True), torch.device("cpu")).autocast()
+
+
+def pad_batch(rows: Sequence[torch.Tensor], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad 1-D id tensors into (B, S) and their lengths (B,)."""
+    lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
+    out = torch.full((len(rows), int(lengths.max())), pad, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out, lengths
+
+
+@dataclass
+class Translator:
+    """An ensemble plus a search: source ids in, hypotheses out, with timing kept."""
+
+    ens: EnsembleModel
+    search: Search
+    bf16: bool = False
+    seconds: float = 0.0  # time spent searching
+    sentences: int = 0
+    tokens: int = 0  # generated tokens of the best hypotheses, eos included
+
+    def translate(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor,
+                  need_attn: bool = False) -> list[list[Hypothesis]]:
+        start = time.perf_counter()
+        with torch.inference_mode(), autocast(self.bf16):
+            hyps = self.search.search(self.ens, src_tokens, src_lengths, need_attn=need_attn)
+        self.seconds += time.perf_counter() - start
+        self.sentences += len(hyps)
+        self.tokens += sum(len(h[0].tokens) for h in hyps if h)
+        return hyps
+
+    def speed(self) -> str:
+        s = max(self.seconds, 1e-9)
+        return (f"translated {self.sentences} sentences ({self.tokens} tokens) in {self.seconds:.1f}s "
+                f"({self.sentences / s:.2f} sentences/s, {self.tokens / s:.2f} tokens/s)")
+
+
+def make_translator(gen: GenerationConfig, inf: InferenceConfig, data: DataDir, seed: int) -> Translator:
+    if inf.threads:
+        torch.set_num_threads(inf.threads)
+    ens = load_ensemble(inf.path, data.src_dict, data.tgt_dict)
+    return Translator(ens, build_search(gen, data.tgt_dict, seed=seed), bf16=inf.bf16)
+
+
+def hard_alignment(attn: torch.Tensor, src_len: int) -> list[tuple[int, int]]:
+    """(source position, target position) pairs: each target token but the eos to the source token
+    (not the eos) it attends most. ``attn`` is (T, S) for one hypothesis; ``src_len`` counts the eos."""
+    words = max(src_len - 1, 1)
+    best = attn[:-1, :words].argmax(dim=1).tolist()  # (T-1,)
+    return [(s, t) for t, s in enumerate(best)]

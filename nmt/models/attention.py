@@ -1,0 +1,164 @@
+"""The attention seam: projections, key/value cache and head reshaping live here once; a plugin
+only says how queries attend to keys (:meth:`AttentionBase.attend`).
+
+Tensors are batch-first. Inside ``attend`` they are split into heads: ``(B, H, T, D)`` queries and
+``(B, H, S, D)`` keys/values, with ``D = d_model / H``. A plugin is registered by name::
+
+    @register_attention("multiplicative")
+    class Multiplicative(AttentionBase):
+        def attend(self, q, k, v, key_padding_mask, causal, need_weights): ...
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nmt.errors import ConfigError
+
+IncrementalState = dict  # module key -> {"k": (B,H,S,D), "v": (B,H,S,D), maybe "length": int}
+
+
+def causal_mask(tgt_len: int, src_len: int, device: torch.device) -> Tensor:
+    """(T, S) bool, True where query i (aligned to the end of the keys) may see key j."""
+    offset = src_len - tgt_len
+    i = torch.arange(tgt_len, device=device)[:, None]
+    j = torch.arange(src_len, device=device)[None, :]
+    return j <= i + offset
+
+
+def allowed_mask(tgt_len: int, src_len: int, key_padding_mask: Optional[Tensor], causal: bool,
+                 device: torch.device) -> Optional[Tensor]:
+    """Boolean "may attend" mask broadcastable to (B, H, T, S), or None when everything is allowed."""
+    mask = None
+    if key_padding_mask is not None:
+        mask = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
+    if causal and tgt_len > 1:
+        c = causal_mask(tgt_len, src_len, device)  # (T, S)
+        mask = c if mask is None else mask & c
+    return mask
+
+
+def softmax_attention(scores: Tensor, v: Tensor, mask: Optional[Tensor], dropout: float,
+                      training: bool) -> tuple[Tensor, Tensor]:
+    """Masked softmax over the last axis of ``scores`` (B,H,T,S), then weights @ v. Returns
+    (output (B,H,T,D), weights (B,H,T,S)). Shared by plugins that compute their own scores."""
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    low_precision = scores.dtype in (torch.float16, torch.bfloat16)  # softmax in fp32 then
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32 if low_precision else None).to(v.dtype)  # (B,H,T,S)
+    dropped = F.dropout(weights, p=dropout, training=training)
+    return dropped @ v, weights  # (B, H, T, D)
+
+
+class AttentionBase(nn.Module):
+    """Multi-head attention with the projections W^Q, W^K, W^V (one fused matrix for
+    self-attention), W^O, and an incremental key/value cache.
+
+    Subclasses implement :meth:`attend`. ``causal`` means query i may only see keys up to its
+    own position; ``self_attention`` means queries, keys and values come from the same input."""
+
+    # A plugin that only makes sense as self-attention sets this False; the builder then keeps
+    # the default attention for the encoder-decoder role unless --cross-attention names it.
+    supports_cross_attention = True
+
+    def __init__(self, embed_dim: int, num_heads: int, *, self_attention: bool, causal: bool = False,
+                 dropout: float = 0.0, cfg: Any = None):
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ConfigError(f"attention: d_model {embed_dim} is not divisible by {num_heads} heads; "
+                              "change --encoder/decoder-embed-dim or --encoder/decoder-attention-heads")
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.self_attention = self_attention
+        self.causal = causal
+        self.dropout = dropout
+        self.cfg = cfg
+        if self_attention:
+            self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim)
+        else:
+            self.q_proj = nn.Linear(embed_dim, embed_dim)
+            self.kv_proj = nn.Linear(embed_dim, 2 * embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+        self.state_key = f"{type(self).__name__}.{uuid.uuid4().hex}"  # this module's slot in the cache
+        self.reset_projections()
+
+    def reset_projections(self) -> None:
+        """Xavier-uniform per d_model x d_model block (so fusing Q, K, V does not change the init)."""
+        for proj in (getattr(self, n, None) for n in ("qkv_proj", "q_proj", "kv_proj", "out_proj")):
+            if proj is None:
+                continue
+            for block in proj.weight.data.split(self.embed_dim, dim=0):
+                nn.init.xavier_uniform_(block)
+            nn.init.zeros_(proj.bias)
+
+    def _heads(self, x: Tensor, parts: int) -> tuple[Tensor, ...]:
+        B, T, _ = x.shape
+        x = x.view(B, T, parts, self.num_heads, self.head_dim)  # (B, T, parts, H, D)
+        return x.permute(2, 0, 3, 1, 4).unbind(0)  # parts x (B, H, T, D)
+
+    def cache_append(self, cached: Optional[dict], k: Tensor, v: Tensor) -> tuple[dict, Tensor, Tensor]:
+        """Add a step's keys/values (B, H, T, D) to this module's cache entry; returns the new entry
+        and every key/value so far (B, H, t, D). The default keeps all of them in a buffer that
+        doubles when full, so a step copies only its own keys (no O(t) concatenation per step)."""
+        length = 0 if cached is None else cached["length"]
+        end = length + k.size(2)
+        if cached is None or end > cached["k"].size(2):
+            B, H, _, D = k.shape
+            grown = [k.new_empty(B, H, max(2 * end, 16), D) for _ in range(2)]  # (B, H, capacity, D)
+            if cached is not None:
+                grown[0][:, :, :length] = cached["k"][:, :, :length]
+                grown[1][:, :, :length] = cached["v"][:, :, :length]
+            cached = {"k": grown[0], "v": grown[1]}
+        cached["k"][:, :, length:end] = k
+        cached["v"][:, :, length:end] = v
+        entry = {"k": cached["k"], "v": cached["v"], "length": end}
+        return entry, entry["k"][:, :, :end], entry["v"][:, :, :end]
+
+    def forward(self, query: Tensor, key_value: Optional[Tensor] = None, key_padding_mask: Optional[Tensor] = None,
+                incremental_state: Optional[IncrementalState] = None,
+                need_weights: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+        """query (B, T, C); key_value (B, S, C) for cross-attention; key_padding_mask (B, S), True at pads.
+
+        With ``incremental_state`` (inference only: the cache is written in place), self-attention
+        (which then takes no padding mask: targets are right-padded and causal) appends this
+        step's keys/values to the cache and
+        cross-attention projects the encoder output once and reuses it. Returns (B, T, C) and, when
+        ``need_weights``, the weights (B, H, T, S)."""
+        B, T, C = query.shape
+        if self.self_attention:
+            q, k, v = self._heads(self.qkv_proj(query), 3)  # each (B, H, T, D)
+            if incremental_state is not None:
+                entry, k, v = self.cache_append(incremental_state.get(self.state_key), k, v)  # (B, H, t, D)
+                incremental_state[self.state_key] = entry
+        else:
+            (q,) = self._heads(self.q_proj(query), 1)  # (B, H, T, D)
+            cached = incremental_state.get(self.state_key) if incremental_state is not None else None
+            if cached is not None:
+                k, v = cached["k"], cached["v"]
+            else:
+                if key_value is None:
+                    raise ValueError("cross-attention needs key_value (the encoder output)")
+                k, v = self._heads(self.kv_proj(key_value), 2)  # each (B, H, S, D)
+                if incremental_state is not None:
+                    incremental_state[self.state_key] = {"k": k, "v": v}
+        out, weights = self.attend(q, k, v, key_padding_mask, self.causal, need_weights)  # (B, H, T, D)
+        out = out.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+        return self.out_proj(out), weights
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], causal: bool,
+               need_weights: bool) -> tuple[Tensor, Optional[Tensor]]:
+        """q (B,H,T,D), k and v (B,H,S,D), key_padding_mask (B,S) True at pads or None. ``causal``:
+        the T queries are the last T positions of the S keys and see no later key. Returns the
+        mixed values (B,H,T,D) and, if ``need_weights``, the weights (B,H,T,S) (else None)."""
+        raise NotImplementedError
+
+    @property
+    def scale(self) -> float:
+        return 1.0 / math.sqrt(self.head_dim)

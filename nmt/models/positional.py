@@ -1,0 +1,23 @@
+"""The positional seam: a plugin maps positions to vectors that are added to the scaled token
+embeddings. Registered by name with ``nmt.registry.register_positional``."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+
+class PositionalBase(nn.Module):
+    """Gives the encodings of positions ``offset .. offset+length-1``.
+
+    ``max_positions`` and ``option`` (the config key that sets it, for error messages) are
+    passed by the model; plugins without a table ignore them."""
+
+    def __init__(self, embed_dim: int, max_positions: int, option: str = "model.max_source_positions"):
+        super().__init__()
+        self.embed_dim = embed_dim
+        self.max_positions = max_positions
+        self.option = option
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        """(length, embed_dim) encodings, broadcast over the batch by the caller."""
+        raise NotImplementedError

@@ -1,0 +1,168 @@
+"""The encoder-decoder Transformer (Vaswani et al., 2017). Modules are built by
+:func:`nmt.models.build.build_model`, which chooses the attention and positional plugins."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nmt.models.attention import IncrementalState
+from nmt.models.incremental_state import reorder_incremental_state
+from nmt.models.layers import DecoderLayer, EncoderLayer
+from nmt.models.positional import PositionalBase
+
+
+class EncoderOut(NamedTuple):
+    """What the decoder needs from the encoder, computed once per sentence."""
+
+    out: Tensor  # (B, S, C)
+    padding_mask: Optional[Tensor]  # (B, S) True at pads; None when the batch has no padding
+    attn: Optional[list[Tensor]] = None  # per layer (B, H, S, S), only when weights were asked for
+
+
+def padding_mask(tokens: Tensor, pad: int) -> Optional[Tensor]:
+    """(B, L) True at pads, or None when there is none (lets attention use its unmasked fast path)."""
+    mask = tokens.eq(pad)
+    return mask if bool(mask.any()) else None
+
+
+class Embedder(nn.Module):
+    """Token embedding * sqrt(d) (unless disabled) + positional encoding, then dropout."""
+
+    def __init__(self, embed_tokens: nn.Embedding, positional: PositionalBase, dropout: float, scale: bool):
+        super().__init__()
+        self.embed_tokens = embed_tokens
+        self.positional = positional
+        self.scale = math.sqrt(embed_tokens.embedding_dim) if scale else 1.0
+        self.dropout = dropout
+
+    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        x = self.embed_tokens(tokens) * self.scale  # (B, L, C)
+        x = x + self.positional(tokens.size(1), offset).to(x.dtype)  # (L, C) broadcast over B
+        return F.dropout(x, p=self.dropout, training=self.training)
+
+
+class TransformerEncoder(nn.Module):
+    def __init__(self, embedder: Embedder, layers: list[EncoderLayer], final_norm: Optional[nn.LayerNorm], pad: int):
+        super().__init__()
+        self.embedder = embedder
+        self.layers = nn.ModuleList(layers)
+        self.final_norm = final_norm  # pre-norm only: the stack's output is otherwise unnormalised
+        self.pad = pad
+
+    @property
+    def embed_tokens(self) -> nn.Embedding:
+        return self.embedder.embed_tokens
+
+    def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None,
+                need_weights: bool = False) -> EncoderOut:
+        """src_tokens (B, S), right-padded. ``src_lengths`` is accepted for the common call
+        signature; the padding mask is read from the tokens."""
+        mask = padding_mask(src_tokens, self.pad)
+        x = self.embedder(src_tokens)  # (B, S, C)
+        attn = [] if need_weights else None
+        for layer in self.layers:
+            x, w = layer(x, mask, need_weights)
+            if attn is not None:
+                attn.append(w)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return EncoderOut(x, mask, attn)
+
+
+class TransformerDecoder(nn.Module):
+    def __init__(self, embedder: Embedder, layers: list[DecoderLayer], final_norm: Optional[nn.LayerNorm],
+                 output_weight: nn.Parameter):
+        super().__init__()
+        self.embedder = embedder
+        self.layers = nn.ModuleList(layers)
+        self.final_norm = final_norm
+        self.output_weight = output_weight  # (V, C); the embedding's own Parameter when tied
+
+    @property
+    def embed_tokens(self) -> nn.Embedding:
+        return self.embedder.embed_tokens
+
+    def output_layer(self, features: Tensor) -> Tensor:
+        """(..., C) features -> (..., V) logits; any leading shape (e.g. only non-pad positions)."""
+        return F.linear(features, self.output_weight)
+
+    def forward(self, prev_output_tokens: Tensor, encoder_out: EncoderOut,
+                incremental_state: Optional[IncrementalState] = None, features_only: bool = False,
+                need_weights: bool = False):
+        """prev_output_tokens (B, T). With ``incremental_state`` only the last position is computed
+        (the earlier ones are in the cache) and the result is (B, 1, ...).
+
+        Returns logits (B, T, V), or features (B, T, C) with ``features_only``; with
+        ``need_weights`` a pair (that, {"self": [per layer (B,H,T,T)], "cross": [(B,H,T,S)]})."""
+        offset = 0
+        if incremental_state is not None:
+            offset = prev_output_tokens.size(1) - 1
+            prev_output_tokens = prev_output_tokens[:, -1:]  # (B, 1)
+        x = self.embedder(prev_output_tokens, offset)  # (B, T, C)
+        self_attn: list[Tensor] = []
+        cross_attn: list[Tensor] = []
+        for layer in self.layers:
+            x, self_w, cross_w = layer(x, encoder_out.out, encoder_out.padding_mask, incremental_state, need_weights)
+            if need_weights:
+                self_attn.append(self_w)
+                cross_attn.append(cross_w)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        out = x if features_only else self.output_layer(x)  # (B, T, C) or (B, T, V)
+        return (out, {"self": self_attn, "cross": cross_attn}) if need_weights else out
+
+
+class TransformerModel(nn.Module):
+    """Encoder + decoder; ``model(src_tokens, src_lengths, prev_output_tokens) -> logits (B, T, V)``."""
+
+    def __init__(self, encoder: TransformerEncoder, decoder: TransformerDecoder, plugins: dict[str, str],
+                 cfg: Any = None):
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+        self._plugins = dict(plugins)
+        self.cfg = cfg  # the ModelConfig it was built from
+        # Longest inputs it is meant for (searches cap output length with the target one).
+        self.max_source_positions: int = getattr(cfg, "max_source_positions", 1024)
+        self.max_target_positions: int = getattr(cfg, "max_target_positions", 1024)
+
+    def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor], prev_output_tokens: Tensor,
+                features_only: bool = False) -> Tensor:
+        enc = self.encoder(src_tokens, src_lengths)
+        return self.decoder(prev_output_tokens, enc, features_only=features_only)
+
+    def output_layer(self, features: Tensor) -> Tensor:
+        """Project decoder features (..., C) to vocabulary logits (..., V)."""
+        return self.decoder.output_layer(features)
+
+    def plugin_names(self) -> dict[str, str]:
+        """role -> plugin name (encoder/decoder/cross attention, encoder/decoder positional)."""
+        return dict(self._plugins)
+
+    def attention_weights(self, src_tokens: Tensor, src_lengths: Optional[Tensor],
+                          prev_output_tokens: Tensor) -> dict[str, list[Tensor]]:
+        """Every layer's weights per head: {"encoder": [(B,H,S,S)], "self": [(B,H,T,T)], "cross": [(B,H,T,S)]}."""
+        enc = self.encoder(src_tokens, src_lengths, need_weights=True)
+        _, weights = self.decoder(prev_output_tokens, enc, features_only=True, need_weights=True)
+        return {"encoder": enc.attn, **weights}
+
+    @staticmethod
+    def reorder_encoder_out(encoder_out: EncoderOut, new_order: Tensor) -> EncoderOut:
+        """Rows of the batch in ``new_order`` (e.g. each sentence repeated beam-size times)."""
+        mask = encoder_out.padding_mask
+        return EncoderOut(encoder_out.out.index_select(0, new_order),
+                          None if mask is None else mask.index_select(0, new_order))
+
+    @staticmethod
+    def reorder_incremental_state(incremental_state: IncrementalState, new_order: Tensor) -> None:
+        reorder_incremental_state(incremental_state, new_order)
+
+    @torch.no_grad()
+    def num_parameters(self) -> int:
+        """Distinct parameters (a tied matrix counts once)."""
+        return sum(p.numel() for p in self.parameters())

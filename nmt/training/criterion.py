@@ -1,0 +1,149 @@
+"""Training losses: the base class the ``--criterion`` plugins extend, the shared loss arithmetic,
+and the reduction of logged sums into per-token figures in bits.
+
+Contract (docs/architecture.md): ``criterion(model, sample) -> (loss, sample_size, logging_output)``
+where ``loss`` is a *sum* over target tokens (the trainer divides by the sample size summed over
+ranks and accumulation steps) and ``logging_output`` holds sums in nats.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from nmt.registry import CRITERION
+
+LN2 = math.log(2.0)
+
+
+class _LabelSmoothedNLL(torch.autograd.Function):
+    """Forward: fp32 log-softmax, then the two sums. Backward: the closed-form gradient
+    ``g_loss * (softmax - w) + g_nll * (softmax - onehot)`` (``w`` = the smoothed target), written
+    into one (N, V) buffer -- autograd's chain (gather, sum, log_softmax) would allocate three."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor, epsilon: float
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        lprobs = torch.log_softmax(logits.float(), dim=-1)  # (N, V) fp32 whatever the logits' dtype
+        nll_sum = -lprobs.gather(-1, target.unsqueeze(-1)).sum()
+        eps_i = epsilon / (lprobs.size(-1) - 1)
+        if epsilon:
+            loss = (1.0 - epsilon - eps_i) * nll_sum + eps_i * -lprobs.sum()
+        else:
+            loss = nll_sum.clone()
+        ctx.save_for_backward(lprobs, target)
+        ctx.epsilon, ctx.eps_i, ctx.logits_dtype = epsilon, eps_i, logits.dtype
+        return loss, nll_sum
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_loss: torch.Tensor, grad_nll: torch.Tensor) -> tuple[Any, None, None]:
+        lprobs, target = ctx.saved_tensors
+        grad = lprobs.exp().mul_(grad_loss + grad_nll)  # (N, V) softmax, scaled
+        if ctx.epsilon:
+            grad.sub_(grad_loss * ctx.eps_i)
+        gold = -(grad_loss * (1.0 - ctx.epsilon - ctx.eps_i) + grad_nll)  # () at each gold class
+        grad.scatter_add_(-1, target.unsqueeze(-1), gold.expand(target.size(0), 1).contiguous())
+        return grad.to(ctx.logits_dtype), None, None
+
+
+def label_smoothed_nll_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed (loss, nll_loss) in nats over the rows of ``logits`` (N, V) with gold ``target`` (N,).
+
+    fairseq's definition: ``loss = (1 - eps - eps_i) * nll + eps_i * sum_v(-log p_v)`` with
+    ``eps_i = eps / (V - 1)``, i.e. the gold class gets probability mass ``1 - eps`` and each of the
+    other ``V - 1`` classes ``eps / (V - 1)`` (the gold class is not given a share of eps).
+    ``eps = 0`` is plain cross-entropy. The rows must already exclude padding. Computed in fp32
+    whatever the logits' dtype (e.g. bf16 under autocast); the gradient has the logits' dtype."""
+    return _LabelSmoothedNLL.apply(logits, target, float(epsilon))
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model inside a DistributedDataParallel (or similar ``.module``) wrapper."""
+    return getattr(model, "module", model)
+
+
+class Criterion(nn.Module):
+    """A loss over a batch. Subclasses implement :meth:`compute` on the non-pad logits.
+
+    Unless ``cfg.project_all_positions``: when the model offers ``features_only=True`` and
+    ``output_layer``, the decoder's features are gathered at the non-pad target positions first and
+    only those are projected to the vocabulary (padding costs no (B, T, V) logits)."""
+
+    def __init__(self, cfg: Any, padding_idx: int):
+        super().__init__()
+        self.cfg = cfg
+        self.padding_idx = int(padding_idx)
+        self.sentence_avg = bool(getattr(cfg, "sentence_avg", False))
+        self.project_non_pad = not bool(getattr(cfg, "project_all_positions", False))
+
+    def non_pad_logits(self, model: nn.Module, sample: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits (N, V), target (N,)) at the N non-pad target positions of ``sample``."""
+        target = sample["target"]  # (B, T)
+        mask = target.ne(self.padding_idx)  # (B, T)
+        net_input = sample["net_input"]
+        inner = unwrap(model)
+        if self.project_non_pad and hasattr(inner, "output_layer"):
+            # The forward goes through ``model`` (DDP's hooks run); the projection is a plain call.
+            features = model(**net_input, features_only=True)  # (B, T, C)
+            features = features[0] if isinstance(features, tuple) else features
+            logits = inner.output_layer(features[mask])  # (N, V)
+        else:
+            out = model(**net_input)
+            logits = (out[0] if isinstance(out, tuple) else out)[mask]  # (N, V)
+        return logits, target[mask]
+
+    def compute(self, logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed (loss, nll_loss) in nats over the non-pad rows."""
+        raise NotImplementedError
+
+    def forward(self, model: nn.Module, sample: dict[str, Any]) -> tuple[torch.Tensor, float, dict[str, Any]]:
+        logits, target = self.non_pad_logits(model, sample)
+        loss, nll_loss = self.compute(logits, target)
+        ntokens = int(sample["ntokens"]) if "ntokens" in sample else int(target.numel())
+        nsentences = int(sample.get("nsentences", sample["target"].size(0)))
+        sample_size = nsentences if self.sentence_avg else ntokens
+        logging_output = {
+            "loss": float(loss.detach()),
+            "nll_loss": float(nll_loss.detach()),
+            "ntokens": ntokens,
+            "nsentences": nsentences,
+            "sample_size": sample_size,
+        }
+        return loss, sample_size, logging_output
+
+    @staticmethod
+    def reduce_metrics(logging_outputs: Iterable[dict[str, Any]]) -> dict[str, float]:
+        """See :func:`reduce_metrics`."""
+        return reduce_metrics(logging_outputs)
+
+
+def reduce_metrics(logging_outputs: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Sum the logged figures of several batches (or ranks) and report, like fairseq, ``loss`` per
+    sample-size unit and ``nll_loss`` per target token, both in bits (base 2), and ``ppl = 2**nll_loss``."""
+    outputs = list(logging_outputs)
+
+    def total(key: str) -> float:
+        return float(sum(float(log.get(key, 0)) for log in outputs))
+
+    ntokens, sample_size = total("ntokens"), total("sample_size")
+    loss = total("loss") / sample_size / LN2 if sample_size else 0.0
+    nll_loss = total("nll_loss") / ntokens / LN2 if ntokens else 0.0
+    return {
+        "loss": loss,
+        "nll_loss": nll_loss,
+        "ppl": 2.0 ** nll_loss,
+        "ntokens": ntokens,
+        "nsentences": total("nsentences"),
+        "sample_size": sample_size,
+    }
+
+
+def build_criterion(group: dict[str, Any], padding_idx: int) -> Criterion:
+    """The criterion a plugin group names (``{"name": "label_smoothed_cross_entropy", "label_smoothing": 0.1}``)."""
+    return CRITERION.build(group["name"], group, padding_idx)

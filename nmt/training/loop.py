@@ -1,0 +1,251 @@
+"""The training run: epochs of updates, validation, checkpoints, and the reasons to stop.
+
+Stopping: --max-epoch, --max-update, --stop-time-hours (training time, summed over resumes),
+and --patience (validations in a row without a better --best-checkpoint-metric). Validation
+runs at the end of every --validate-interval epochs and every --validate-interval-updates.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from itertools import islice
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from nmt.config.loader import save_config
+from nmt.config.train import TrainJob
+from nmt.plugin_loader import load_plugins
+from nmt.training import distributed
+from nmt.training.checkpoint_manager import LAST, CheckpointManager
+from nmt.training.checkpoints import build_state, restore_training_state, save_checkpoint
+from nmt.training.distributed import DistributedContext
+from nmt.training.job_setup import (TrainData, build_model_and_criterion, load_data, sync_model_positions,
+                                    train_iterator, valid_iterator)
+from nmt.training.metrics import UpdateMeter, ValidMeter
+from nmt.training.train_log import TrainLog, setup_console_logging
+from nmt.training.trainer import Trainer
+
+
+def chunks(iterator: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    """Consecutive lists of ``size`` items (the last may be shorter): one update's batches."""
+    while True:
+        chunk = list(islice(iterator, size))
+        if not chunk:
+            return
+        yield chunk
+
+
+def _every(n: int, interval: int) -> bool:
+    return interval > 0 and n % interval == 0
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class TrainingRun:
+    """One call of nmt-train in one process (rank)."""
+
+    def __init__(self, cfg: TrainJob, ctx: DistributedContext):
+        self.cfg = cfg
+        self.ctx = ctx
+        sync_model_positions(cfg)
+        setup_console_logging(ctx.is_master)
+        seed_everything(cfg.common.seed)
+        self.log = TrainLog(cfg.logging, cfg.checkpoint.save_dir, ctx.is_master, cfg.common.no_progress_bar)
+        self.data: TrainData = load_data(cfg.task)
+        model, criterion = build_model_and_criterion(cfg, self.data)
+        self.trainer = Trainer(cfg, model, criterion, ctx)
+        self.train_itr = train_iterator(cfg.task, self.data.train, cfg.common.seed, ctx)
+        self.manager = CheckpointManager(cfg.checkpoint)
+        self.dictionaries = {"source": self.data.src_dict, "target": self.data.tgt_dict}
+        self.train_time = 0.0  # seconds of training before this process (restored on resume)
+        self.bad_validations = 0  # validations in a row without a better best metric
+        self.started = time.perf_counter()
+        if ctx.is_master:
+            Path(cfg.checkpoint.save_dir).mkdir(parents=True, exist_ok=True)
+            save_config(cfg, Path(cfg.checkpoint.save_dir) / "config.yaml")
+        nparams = sum(p.numel() for p in model.parameters())
+        self.log.info(f"model {cfg.model.arch}: {nparams:,} parameters; criterion {cfg.criterion['name']}; "
+                      f"{self.trainer.precision.name} on {ctx.device} x {ctx.world_size}; "
+                      f"{len(self.train_itr)} batches per epoch per rank; update freq {cfg.optimization.update_freq}")
+        self._restore()
+
+    # ------------------------------------------------------------------ resume / save
+
+    def _restore(self) -> None:
+        ck = self.cfg.checkpoint
+        state = self.manager.load_for_resume(self.dictionaries)
+        if state is None:
+            return
+        t = self.trainer
+        training = restore_training_state(
+            state, model=t.model, optimizer=None if ck.reset_optimizer else t.optimizer,
+            lr_scheduler=None if ck.reset_lr_scheduler else t.lr_scheduler, scaler=t.precision)
+        t.num_updates = int(training["num_updates"])
+        t.lr_scheduler.step_update(t.num_updates)
+        if not ck.reset_dataloader and training.get("iterator"):
+            self.train_itr.load_state_dict(training["iterator"])
+        extra = training.get("extra") or {}
+        if not ck.reset_meters:
+            self.train_time = float(extra.get("train_time", 0.0))
+        self.bad_validations = int(extra.get("bad_validations", 0))
+        self.log.info(f"resumed from {self.manager.resume_path()} at epoch {training['epoch']}, "
+                      f"update {t.num_updates}")
+
+    def elapsed(self) -> float:
+        return self.train_time + time.perf_counter() - self.started
+
+    def save(self, end_of_epoch: bool, val_metrics: dict[str, float] | None, force_last: bool = False) -> None:
+        """Rank 0 writes whatever checkpoints are due (and checkpoint_last when stopping)."""
+        ck = self.cfg.checkpoint
+        epoch, n = self.train_itr.epoch, self.trainer.num_updates
+        value = self.manager.metric_value(val_metrics)
+        improved = self.manager.is_better(value)
+        due = self.manager.wants_save(epoch, n, end_of_epoch, val_metrics)
+        if self.ctx.is_master and (due or (force_last and not ck.no_save and not ck.no_last_checkpoints)):
+            t = self.trainer
+            state = build_state(model=t.model, config=self.cfg, epoch=epoch, num_updates=n,
+                                optimizer=t.optimizer, lr_scheduler=t.lr_scheduler, scaler=t.precision,
+                                iterator_state=self.train_itr.state_dict(), end_of_epoch=end_of_epoch,
+                                dictionaries=self.dictionaries,
+                                extra={"train_time": self.elapsed(), "bad_validations": self.bad_validations})
+            if due:
+                written = self.manager.save(state, val_metrics)
+            else:  # stopping between scheduled saves: still leave a checkpoint to resume from
+                state["training"]["best"] = {"metric": self.manager.metric, "value": self.manager.best}
+                written = save_checkpoint([Path(ck.save_dir) / LAST], state)
+            self.log.info(f"saved {', '.join(p.name for p in written)} (epoch {epoch}, {n} updates)")
+        if improved:
+            self.manager.best = value
+
+    # ------------------------------------------------------------------ validation
+
+    def validate(self) -> dict[str, float] | None:
+        """Loss on every validation subset; returns the first subset's figures (None when disabled)."""
+        first = None
+        epoch = self.train_itr.epoch
+        for subset, dataset in self.data.valid.items():
+            itr = valid_iterator(self.cfg.task, subset, dataset, self.cfg.common.seed, self.ctx)
+            meter = ValidMeter()
+            for sample in itr.next_epoch_itr():
+                meter.add(self.trainer.valid_step(sample))
+            meter.sums = self.trainer.all_reduce(meter.sums)
+            stats = meter.summary(self.trainer.num_updates)
+            if first is None:
+                value = self.manager.metric_value(stats)
+                best = value if self.manager.is_better(value) else self.manager.best
+                stats["best_" + self.manager.metric] = best
+                first = stats
+            self.log.emit("valid", epoch, stats, subset=subset)
+        return first
+
+    def _track_patience(self, val_metrics: dict[str, float] | None) -> bool:
+        """True when --patience validations in a row brought no improvement."""
+        if val_metrics is None:
+            return False
+        if self.manager.is_better(self.manager.metric_value(val_metrics)):
+            self.bad_validations = 0
+        else:
+            self.bad_validations += 1
+        patience = self.cfg.checkpoint.patience
+        if 0 < patience <= self.bad_validations:
+            self.log.info(f"early stop: {self.manager.metric} has not improved for {patience} validations")
+            return True
+        return False
+
+    # ------------------------------------------------------------------ the loop
+
+    def _stop_reason(self) -> str | None:
+        opt = self.cfg.optimization
+        if opt.max_update > 0 and self.trainer.num_updates >= opt.max_update:
+            return f"reached --max-update {opt.max_update}"
+        if opt.stop_time_hours > 0 and self.elapsed() >= opt.stop_time_hours * 3600:
+            return f"reached --stop-time-hours {opt.stop_time_hours}"
+        return None
+
+    def run(self) -> dict[str, Any]:
+        """Train until a stop condition; returns the last epoch's train and valid figures."""
+        max_epoch = self.cfg.optimization.max_epoch
+        summary: dict[str, Any] = {}
+        reason = self._stop_reason()
+        while reason is None:
+            if 0 < max_epoch <= self.train_itr.epoch and self.train_itr.end_of_epoch():
+                reason = f"reached --max-epoch {max_epoch}"
+                break
+            reason, summary = self._train_epoch()
+        self.log.info(f"done training: {reason}; {self.trainer.num_updates} updates in {self.elapsed():.1f} s")
+        self.log.close()
+        return summary
+
+    def _train_epoch(self) -> tuple[str | None, dict[str, Any]]:
+        """The rest of the current epoch (or the next one): (why to stop or None, the epoch's figures)."""
+        cfg, t = self.cfg, self.trainer
+        task, opt = cfg.task, cfg.optimization
+        batches = self.train_itr.next_epoch_itr()
+        epoch = self.train_itr.epoch
+        total = -(-len(self.train_itr) // opt.update_freq)  # updates in a whole epoch
+        done = self.train_itr.offset // opt.update_freq
+        epoch_meter, interval = UpdateMeter(), UpdateMeter()
+        reason = None
+        tick = time.perf_counter()
+        for samples in self.log.bar(chunks(batches, opt.update_freq), epoch, total, done):
+            stats = t.train_step(samples)
+            now = time.perf_counter()
+            epoch_meter.add(stats, now - tick)
+            interval.add(stats, now - tick)
+            done += 1
+            n = t.num_updates
+            if stats["applied"] and _every(n, cfg.logging.log_interval):
+                self.log.emit("train_inner", epoch, interval.summary(n, self.log.wall()), f"{done:>6} / {total}")
+                interval.reset()
+            reason = self._stop_reason()
+            valid_due = stats["applied"] and _every(n, task.validate_interval_updates)
+            save_due = stats["applied"] and _every(n, cfg.checkpoint.save_interval_updates)
+            if not self.train_itr.end_of_epoch() and (reason or valid_due or save_due):
+                val_metrics = self.validate() if (reason or valid_due) else None
+                if self._track_patience(val_metrics):
+                    reason = reason or "patience"
+                self.save(False, val_metrics, force_last=reason is not None)
+            if reason:
+                break
+            tick = time.perf_counter()  # validation and saving are not training time
+        if not self.train_itr.end_of_epoch():
+            return reason, {}  # stopped inside the epoch (already validated and saved)
+
+        summary: dict[str, Any] = {"train": epoch_meter.summary(t.num_updates, self.log.wall())}
+        self.log.emit("train", epoch, summary["train"])
+        val_metrics = None
+        if not task.disable_validation and epoch % task.validate_interval == 0:
+            val_metrics = summary["valid"] = self.validate()
+            if self._track_patience(val_metrics):
+                reason = reason or "patience"
+        t.lr_scheduler.step_epoch(epoch, (val_metrics or {}).get("loss"))
+        self.save(True, val_metrics, force_last=True)
+        if 0 < opt.max_epoch <= epoch:
+            reason = reason or f"reached --max-epoch {opt.max_epoch}"
+        return reason or self._stop_reason(), summary
+
+
+def train_worker(cfg: TrainJob) -> dict[str, Any]:
+    """Train in this process (one rank); joins/leaves the process group around it."""
+    load_plugins(cfg.common.user_dir)  # a spawned worker starts with empty registries
+    ctx = distributed.init(cfg.distributed_training)
+    try:
+        return TrainingRun(cfg, ctx).run()
+    finally:
+        distributed.shutdown()
+
+
+def train(cfg: TrainJob) -> dict[str, Any] | None:
+    """Train with the processes the config asks for: spawn local workers, or be one rank."""
+    if distributed.needs_spawn(cfg.distributed_training):
+        distributed.spawn(train_worker, cfg)
+        return None
+    return train_worker(cfg)

@@ -1,0 +1,92 @@
+"""Restricted self-attention (paper Table 1): each query sees only the keys within distance r
+(``--attention-window r``); in the decoder, the r previous keys and itself.
+
+Computed blockwise: queries are cut into blocks of b positions and each block attends to its
+own window of b + 2r keys (a strided view of the padded keys), so scores take O(n * (b + 2r))
+memory instead of O(n^2). While generating, the cache keeps only the last r + 1 keys."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from nmt.errors import ConfigError
+from nmt.models.attention import AttentionBase, softmax_attention
+from nmt.registry import register_attention
+
+MIN_BLOCK = 32  # query block size floor: tiny blocks waste time in per-block overhead
+
+
+def band(tgt_len: int, src_len: int, offset: int, r: int, causal: bool, device: torch.device) -> Tensor:
+    """(T, S) bool: query i sits at key position i + offset and sees keys within distance r."""
+    dist = torch.arange(src_len, device=device)[None, :] - torch.arange(tgt_len, device=device)[:, None] - offset
+    return (dist >= -r) & (dist <= (0 if causal else r))
+
+
+@register_attention("restricted")
+class RestrictedAttention(AttentionBase):
+    """Self-attention limited to a neighbourhood of r positions (O(r*n*d) cost)."""
+
+    supports_cross_attention = False
+
+    def __init__(self, embed_dim: int, num_heads: int, **kwargs):
+        super().__init__(embed_dim, num_heads, **kwargs)
+        if not self.self_attention:
+            raise ConfigError("--cross-attention restricted: restricted attention is for self-attention only; "
+                              "choose another --cross-attention (e.g. scaled_dot_product)")
+        self.window = int(getattr(self.cfg, "attention_window", 16))
+        if self.window < 0:
+            raise ConfigError(f"--attention-window {self.window}: must be >= 0")
+
+    def cache_append(self, cached: Optional[dict], k: Tensor, v: Tensor) -> tuple[dict, Tensor, Tensor]:
+        """Keeps only the last r + 1 keys: O(r) memory and work per generated token."""
+        if cached is not None:
+            k = torch.cat([cached["k"], k], dim=2)  # (B, H, <= r + 1 + T, D)
+            v = torch.cat([cached["v"], v], dim=2)
+        keep = self.window + 1  # the next query sees these r keys and itself
+        return {"k": k[:, :, -keep:], "v": v[:, :, -keep:]}, k, v
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], causal: bool,
+               need_weights: bool) -> tuple[Tensor, Optional[Tensor]]:
+        T, S = q.size(2), k.size(2)
+        dropout = self.dropout if self.training else 0.0
+        if T != S:  # generating: the T queries are the last T key positions
+            mask = band(T, S, S - T, self.window, causal, q.device)  # (T, S)
+            if key_padding_mask is not None:
+                mask = mask & ~key_padding_mask[:, None, None, :]  # (B, 1, T, S)
+            if need_weights:
+                return softmax_attention((q @ k.transpose(-2, -1)) * self.scale, v, mask, dropout, self.training)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
+        return self._blockwise(q, k, v, key_padding_mask, causal, need_weights, dropout)
+
+    def _blockwise(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], causal: bool,
+                   need_weights: bool, dropout: float) -> tuple[Tensor, Optional[Tensor]]:
+        B, H, T, D = q.shape
+        r = min(self.window, T - 1)  # farther keys do not exist
+        b = min(T, max(r, MIN_BLOCK))  # queries per block
+        nb = -(-T // b)
+        Tp = nb * b
+        left, right = r, (0 if causal else r)
+        width = b + left + right  # keys seen by one block
+        q5 = F.pad(q, (0, 0, 0, Tp - T)).view(B, H, nb, b, D)  # (B, H, nb, b, D)
+        kv_pad = (0, 0, left, Tp - T + right)
+        k5 = F.pad(k, kv_pad).unfold(2, width, b).transpose(-1, -2)  # (B, H, nb, width, D)
+        v5 = F.pad(v, kv_pad).unfold(2, width, b).transpose(-1, -2)  # (B, H, nb, width, D)
+        real = torch.ones(B, T, dtype=torch.bool, device=q.device) if key_padding_mask is None else ~key_padding_mask
+        key_ok = F.pad(real, (left, Tp - T + right), value=False).unfold(1, width, b)  # (B, nb, width)
+        local = band(b, width, left, r, causal, q.device)  # (b, width), same for every block
+        mask = local & key_ok[:, :, None, :]  # (B, nb, b, width)
+        empty = ~mask.any(-1, keepdim=True)  # a pad query with only pads around it: a NaN row
+        mask = (mask | (empty & band(b, width, left, 0, True, q.device))).unsqueeze(1)  # (B, 1, nb, b, width)
+        if not need_weights:
+            out = F.scaled_dot_product_attention(q5, k5, v5, attn_mask=mask, dropout_p=dropout)  # (B,H,nb,b,D)
+            return out.reshape(B, H, Tp, D)[:, :, :T], None
+        scores = (q5 @ k5.transpose(-2, -1)) * self.scale  # (B, H, nb, b, width)
+        out, w5 = softmax_attention(scores, v5, mask, dropout, self.training)
+        dense = q.new_zeros(B, H, Tp, Tp + left + right)  # only for inspection: O(n^2) by design
+        for n in range(nb):
+            dense[:, :, n * b:(n + 1) * b, n * b:n * b + width] = w5[:, :, n]
+        return out.reshape(B, H, Tp, D)[:, :, :T], dense[:, :, :T, left:left + T]

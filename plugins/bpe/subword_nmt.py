@@ -1,0 +1,92 @@
+"""`--bpe subword_nmt`: byte-pair encoding of Sennrich et al. (2016) via the subword-nmt package.
+
+Subwords that continue into the next one end with ``@@``; decoding removes ``"@@ "``."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import inspect
+import io
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from nmt.config.fields import opt
+from nmt.data.text_pipeline import BPE
+from nmt.errors import DataError
+from nmt.fileio import atomic_write
+from nmt.registry import register_bpe
+
+SEPARATOR = "@@"
+# The one call that takes ~70% of subword-nmt's learning time: a Python lambda per pair per merge.
+_ARGMAX_CALL = "max(stats, key=lambda x: (stats[x], x))"
+
+
+def _argmax_count_then_pair(*args: Any, **kwargs: Any) -> Any:
+    """``max(stats, key=lambda x: (stats[x], x))`` computed in C: the highest count, then the
+    largest pair among the pairs that have it -- the same answer, so the same codes. Any other
+    use of ``max`` is passed through unchanged."""
+    key = kwargs.get("key")
+    stats = args[0] if len(args) == 1 else None
+    if key is None or len(kwargs) != 1 or not isinstance(stats, dict) or not stats:
+        return builtins.max(*args, **kwargs)
+    best = builtins.max(stats.values())
+    return builtins.max(itertools.compress(stats, map(best.__eq__, stats.values())))
+
+
+@contextlib.contextmanager
+def _fast_argmax() -> Iterator[None]:
+    """Give subword-nmt's learn_bpe module the C argmax while it learns, if its source still has
+    exactly the call it replaces (another subword-nmt version simply runs unpatched)."""
+    from subword_nmt import learn_bpe as module
+
+    try:
+        applies = inspect.getsource(module).count(_ARGMAX_CALL) >= 1
+    except (OSError, TypeError):
+        applies = False
+    if not applies:
+        yield
+        return
+    module.max = _argmax_count_then_pair  # a module global shadows the builtin inside that module
+    try:
+        yield
+    finally:
+        del module.max
+
+
+@dataclass
+class SubwordNmtConfig:
+    bpe_merges: int = opt(10000, "Number of BPE merge operations to learn on the training split.")
+    bpe_min_frequency: int = opt(2, "Stop merging when the best pair occurs fewer times than this.")
+
+
+@register_bpe("subword_nmt", config=SubwordNmtConfig, help="BPE with subword-nmt (separator @@).")
+class SubwordNmtBPE(BPE):
+    def __init__(self, cfg: SubwordNmtConfig, codes_path: Path | None):
+        super().__init__(cfg, codes_path)
+        if codes_path is None or not Path(codes_path).is_file():
+            raise DataError(f"BPE codes file {codes_path} is missing; re-run nmt-preprocess to learn it")
+        from subword_nmt.apply_bpe import BPE as _Apply
+
+        with open(codes_path, encoding="utf-8") as f:
+            self._bpe = _Apply(f, separator=SEPARATOR)
+
+    @classmethod
+    def learn(cls, cfg: SubwordNmtConfig, word_counts: dict[str, int], codes_path: Path) -> None:
+        from subword_nmt.learn_bpe import learn_bpe
+
+        if cfg.bpe_merges <= 0:
+            raise DataError(f"--bpe-merges {cfg.bpe_merges}: must be a positive number of merges")
+        # learn_bpe reads "word count" lines when is_dict=True: our workers already counted the words
+        vocab = io.StringIO("".join(f"{w} {c}\n" for w, c in sorted(word_counts.items())))
+        # its tqdm bar would be the only progress output of nmt-preprocess: keep stderr for errors
+        with atomic_write(codes_path) as out, contextlib.redirect_stderr(io.StringIO()), _fast_argmax():
+            learn_bpe(vocab, out, cfg.bpe_merges, min_frequency=cfg.bpe_min_frequency, is_dict=True)
+
+    def encode(self, line: str) -> str:
+        return self._bpe.process_line(line)
+
+    def decode(self, line: str) -> str:
+        return (line + " ").replace(SEPARATOR + " ", "").rstrip(" ")

@@ -1,0 +1,35 @@
+"""Cross-entropy against a label-smoothed target (the paper's regulariser, eps = 0.1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from nmt.config.fields import opt
+from nmt.errors import ConfigError
+from nmt.registry import register_criterion
+from nmt.training.criterion import Criterion, label_smoothed_nll_loss
+
+
+@dataclass
+class LabelSmoothedCrossEntropyConfig:
+    label_smoothing: float = opt(0.1, "Probability mass taken from the gold token and spread evenly over the "
+                                      "other V-1 vocabulary entries (fairseq's definition; 0 = plain cross-entropy).")
+    sentence_avg: bool = opt(False, "Normalise the loss per sentence instead of per target token.")
+    project_all_positions: bool = opt(False, "Project every target position to the vocabulary, padding included "
+                                             "(by default only non-pad positions are, when the model allows it).")
+
+
+@register_criterion("label_smoothed_cross_entropy", config=LabelSmoothedCrossEntropyConfig)
+class LabelSmoothedCrossEntropy(Criterion):
+    """Cross-entropy with label smoothing; the logged nll_loss is the unsmoothed one."""
+
+    def __init__(self, cfg: LabelSmoothedCrossEntropyConfig, padding_idx: int):
+        super().__init__(cfg, padding_idx)
+        if not 0.0 <= cfg.label_smoothing < 1.0:
+            raise ConfigError(f"--label-smoothing {cfg.label_smoothing}: must be in [0, 1)")
+        self.eps = float(cfg.label_smoothing)
+
+    def compute(self, logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return label_smoothed_nll_loss(logits, target, self.eps)

@@ -1,0 +1,39 @@
+"""Sinusoidal positions (paper section 3.5): PE(pos, 2i) = sin(pos / 10000^(2i/d)),
+PE(pos, 2i+1) = cos(pos / 10000^(2i/d)). No parameters; any length."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from nmt.models.positional import PositionalBase
+from nmt.registry import register_positional
+
+
+def sinusoid_table(length: int, dim: int, device: torch.device | None = None) -> Tensor:
+    """(length, dim) float32 table, sin on even and cos on odd columns."""
+    pos = torch.arange(length, dtype=torch.float32, device=device)[:, None]  # (L, 1)
+    inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32, device=device)
+                         * (-math.log(10000.0) / dim))  # (ceil(d/2),)
+    angles = pos * inv_freq  # (L, ceil(d/2))
+    table = torch.zeros(length, dim, device=device)
+    table[:, 0::2] = torch.sin(angles)
+    table[:, 1::2] = torch.cos(angles[:, : dim // 2])
+    return table
+
+
+@register_positional("sinusoidal")
+class SinusoidalPositional(PositionalBase):
+    """Fixed sinusoids; the table grows on demand and is not saved in checkpoints."""
+
+    def __init__(self, embed_dim: int, max_positions: int, option: str = "model.max_source_positions"):
+        super().__init__(embed_dim, max_positions, option)
+        self.register_buffer("table", sinusoid_table(max(max_positions, 1), embed_dim), persistent=False)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        end = offset + length
+        if end > self.table.size(0):
+            self.table = sinusoid_table(max(end, 2 * self.table.size(0)), self.embed_dim, self.table.device)
+        return self.table[offset:end]  # (length, C)

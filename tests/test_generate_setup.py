@@ -1,0 +1,67 @@
+"""Shared by the nmt-generate / nmt-interactive / averaging tests: a tiny data-bin made by the real
+nmt-preprocess (Moses tokenizer + subword-nmt BPE) and tiny checkpoints made through the checkpoint
+API. The models are random: the tests check the plumbing, not translation quality."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+WORDS = ["the", "a", "cat", "dog", "sat", "ran", "on", "mat", "house", "red", "big", "small", "tree"]
+
+
+def make_data_bin(folder: Path, n_train: int = 60, n_test: int = 9, seed: int = 0) -> Path:
+    """Raw en/de text (de = en upper-cased, with a comma or full stop) binarized with BPE."""
+    from nmt.cli.preprocess import main as preprocess
+
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", n_train), ("test", n_test)):
+        en, de = [], []
+        for _ in range(n):
+            words = [rng.choice(WORDS) for _ in range(rng.randint(2, 7))]
+            en.append(" ".join(words) + rng.choice([".", ", ok.", "!"]))
+            de.append(" ".join(w.upper() for w in words) + ".")
+        (folder / f"{split}.en").write_text("\n".join(en) + "\n", encoding="utf-8")
+        (folder / f"{split}.de").write_text("\n".join(de) + "\n", encoding="utf-8")
+    dest = folder / "bin"
+    with pytest.raises(SystemExit) as done:
+        preprocess(["--source-lang", "en", "--target-lang", "de", "--trainpref", str(folder / "train"),
+                    "--testpref", str(folder / "test"), "--destdir", str(dest), "--joined-dictionary",
+                    "--tokenizer", "moses", "--bpe", "subword_nmt", "--bpe-merges", "30"])
+    assert done.value.code in (0, None)
+    return dest
+
+
+def tiny_model_config(**changes) -> dict:
+    from nmt.config.model import ModelConfig
+
+    values = dict(encoder_layers=1, decoder_layers=2, encoder_embed_dim=16, decoder_embed_dim=16,
+                  encoder_ffn_embed_dim=32, decoder_ffn_embed_dim=32, encoder_attention_heads=2,
+                  decoder_attention_heads=2, share_all_embeddings=True, dropout=0.0)
+    cfg = ModelConfig(**{**values, **changes})
+    return dict(cfg.__dict__)
+
+
+def make_checkpoint(data_bin: Path, path: Path, seed: int = 0, epoch: int = 1, num_updates: int = 10,
+                    **model_changes) -> Path:
+    """A randomly initialised tiny model saved with build_state + save_checkpoint."""
+    from nmt.data.dictionary import Dictionary
+    from nmt.models.build import build_model
+    from nmt.plugin_loader import load_plugins
+    from nmt.training.checkpoints import build_state, save_checkpoint
+
+    load_plugins()
+    d = Dictionary.load(data_bin / "dict.en.txt")
+    cfg = tiny_model_config(**model_changes)
+    torch.manual_seed(seed)
+    model = build_model(cfg, d, d)
+    with torch.no_grad():  # sharper, seed-dependent distributions: outputs differ between seeds
+        model.decoder.output_weight.mul_(8.0)
+    state = build_state(model=model, config={"model": cfg}, epoch=epoch, num_updates=num_updates,
+                        dictionaries={"source": d, "target": d})
+    save_checkpoint(path, state)
+    return path

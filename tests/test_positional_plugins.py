@@ -1,0 +1,37 @@
+"""Positional plugins: the paper's sinusoid formula, any length, no parameters; the learned
+table and its limit."""
+
+import math
+
+import pytest
+import torch
+
+from nmt.errors import DataError
+from nmt.plugin_loader import load_plugins
+from nmt.registry import POSITIONAL
+
+load_plugins()
+
+
+def test_sinusoidal_matches_the_formula_at_any_length_without_parameters():
+    pe = POSITIONAL.get("sinusoidal")(6, max_positions=4)
+    table = pe(50, offset=3)  # longer than max_positions: the table grows
+    assert table.shape == (50, 6) and list(pe.parameters()) == [] and pe.state_dict() == {}
+    for pos in (3, 17, 52):
+        for i in range(3):
+            angle = pos / 10000 ** (2 * i / 6)
+            assert math.isclose(table[pos - 3, 2 * i].item(), math.sin(angle), abs_tol=1e-5)
+            assert math.isclose(table[pos - 3, 2 * i + 1].item(), math.cos(angle), abs_tol=1e-5)
+    assert torch.equal(pe(2, offset=10), table[7:9])
+
+
+def test_sinusoidal_odd_dimension():
+    assert POSITIONAL.get("sinusoidal")(5, max_positions=8)(3).shape == (3, 5)
+
+
+def test_learned_table_has_max_positions_rows_and_refuses_beyond():
+    pe = POSITIONAL.get("learned")(8, max_positions=10, option="model.max_target_positions")
+    assert pe.weight.shape == (10, 8)
+    assert torch.equal(pe(3, offset=7), pe.weight[7:10])
+    with pytest.raises(DataError, match="max_target_positions=10"):
+        pe(3, offset=8)

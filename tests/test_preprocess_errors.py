@@ -1,0 +1,113 @@
+"""Bad input to nmt-preprocess: one clear line naming the file/option, a non-zero exit, no
+traceback, and the destdir exactly as it was (nothing half-written, no temp folder left)."""
+
+import pytest
+
+from preprocess_cli_helpers import DE, EN, base_args, run_preprocess, run_subprocess, snapshot, write_corpus
+
+
+@pytest.fixture
+def setup(tmp_path, capsys):
+    """A corpus and a destdir already holding a finished run of it."""
+    train = write_corpus(tmp_path / "raw", "train", EN * 4, DE * 4)
+    dest = tmp_path / "bin"
+    assert run_preprocess(base_args(train, dest), capsys)[0] == 0
+    return tmp_path, train, dest
+
+
+def expect_failure(argv, capsys, dest, code, *needles):
+    before = snapshot(dest)
+    got, out, err = run_preprocess(argv, capsys)
+    assert got == code, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nmt-preprocess: error: "), err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err, err
+    assert snapshot(dest) == before
+    return err
+
+
+def test_line_count_mismatch(setup, capsys):
+    tmp, _, dest = setup
+    bad = write_corpus(tmp / "raw", "bad", EN, DE[:-1])
+    expect_failure(base_args(bad, dest, "--overwrite"), capsys, dest, 1, "bad.en has 5 lines", "bad.de has 4")
+
+
+def test_missing_file(setup, capsys):
+    tmp, _, dest = setup
+    expect_failure(base_args(str(tmp / "raw" / "nope"), dest, "--overwrite"), capsys, dest, 2,
+                   "--trainpref", "nope.en")
+
+
+def test_empty_file(setup, capsys):
+    tmp, _, dest = setup
+    pref = write_corpus(tmp / "raw", "empty", [], [])
+    expect_failure(base_args(pref, dest, "--overwrite"), capsys, dest, 1, "empty.en", "is empty")
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_undecodable_utf8_names_file_and_line(setup, capsys, workers):
+    tmp, _, dest = setup
+    pref = write_corpus(tmp / "raw", "latin", EN * 20, DE * 20)
+    path = tmp / "raw" / "latin.de"
+    lines = path.read_bytes().split(b"\n")
+    lines[87] = "größe".encode("latin-1")  # line 88, in the second half (another worker's range)
+    path.write_bytes(b"\n".join(lines))
+    expect_failure(base_args(pref, dest, "--overwrite", "--workers", workers), capsys, dest, 1,
+                   "latin.de: line 88:", "not valid UTF-8")
+
+
+def test_destdir_with_different_data_is_refused(setup, capsys):
+    tmp, _, dest = setup
+    other = write_corpus(tmp / "raw", "other", EN[:2], DE[:2])
+    expect_failure(base_args(other, dest), capsys, dest, 2, "already holds different data", "--overwrite")
+    foreign = tmp / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    expect_failure(base_args(other, foreign), capsys, foreign, 2, "already holds different data")
+
+
+@pytest.mark.parametrize("option,value,hint", [("--tokenizer", "mosses", 'Did you mean "moses"'),
+                                               ("--bpe", "sentencepiece", "choices: none, subword_nmt")])
+def test_unknown_tokenizer_or_bpe(setup, capsys, option, value, hint):
+    _, train, dest = setup
+    expect_failure(base_args(train, dest, "--overwrite", option, value), capsys, dest, 2, value, hint)
+
+
+def test_bad_option_values(setup, capsys):
+    _, train, dest = setup
+    expect_failure(base_args(train, dest, "--overwrite", "--input-format", "zip"), capsys, dest, 2, "--input-format")
+    expect_failure(base_args(train, dest, "--overwrite", "--workers", "0"), capsys, dest, 2, "--workers")
+
+
+def test_real_process_prints_one_line_and_leaves_nothing(setup):
+    tmp, _, dest = setup
+    before = snapshot(dest)
+    bad = write_corpus(tmp / "raw", "bad", EN, DE[:-1])
+    proc = run_subprocess(["nmt.cli.preprocess", *base_args(bad, dest, "--overwrite", "--workers", "2")])
+    assert proc.returncode == 1
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+    assert "bad.en has 5 lines but" in proc.stderr
+    assert snapshot(dest) == before
+
+
+def test_interrupted_run_leaves_no_trace(tmp_path):
+    """Ctrl-C in the middle: a non-zero exit, the destdir is not created and the temp folder is gone."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    train = write_corpus(tmp_path / "raw", "train", EN * 4000, DE * 4000)
+    dest = tmp_path / "bin"
+    proc = subprocess.Popen([sys.executable, "-m", "nmt.cli.preprocess",
+                             *base_args(train, dest, "--tokenizer", "moses", "--workers", "2")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not list(tmp_path.glob(".bin.tmp-*/.work/*tok*")) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)  # wait until the tokenize pass is under way
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "Traceback" not in err, err  # click reports it as "Aborted!", exit 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]

@@ -1,0 +1,89 @@
+"""What the training log shows: fairseq-style figures from summed meters, JSON lines, TensorBoard
+scalars (through a stand-in writer), and nothing at all from ranks other than 0."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from nmt.config.train import LoggingConfig
+from nmt.training import train_log
+from nmt.training.metrics import UpdateMeter, ValidMeter, format_value
+from nmt.training.train_log import TrainLog
+
+
+def _update(loss_nats_per_token: float, ntokens: int, nsentences: int, **extra):
+    return {"loss": loss_nats_per_token * ntokens, "nll_loss": loss_nats_per_token * ntokens, "ntokens": ntokens,
+            "nsentences": nsentences, "sample_size": ntokens, "gnorm": 1.0, "lr": 1e-4, **extra}
+
+
+def test_interval_figures_are_token_weighted():
+    meter = UpdateMeter()
+    meter.add(_update(1.0, 100, 10), seconds=1.0)
+    meter.add(_update(3.0, 300, 30, clipped=True), seconds=1.0)
+    out = meter.summary(num_updates=2, wall=5.0)
+    assert out["loss"] == pytest.approx(2.5 / math.log(2))  # (100*1 + 300*3) / 400 nats, in bits
+    assert out["ppl"] == pytest.approx(2 ** out["nll_loss"])
+    assert out["wps"] == pytest.approx(200.0) and out["ups"] == pytest.approx(1.0)
+    assert out["wpb"] == 200 and out["bsz"] == 20 and out["clip"] == 50.0
+    assert "loss_scale" not in out  # only fp16 shows it
+    meter.reset()
+    assert meter.updates == 0 and meter.sums["ntokens"] == 0
+
+
+def test_valid_meter_reports_per_batch_sizes():
+    meter = ValidMeter()
+    for n in (100, 300):
+        meter.add(_update(2.0, n, n // 10))
+    out = meter.summary(num_updates=7)
+    assert out["loss"] == pytest.approx(2.0 / math.log(2)) and out["wpb"] == 200 and out["bsz"] == 20
+
+
+def test_format_values_like_fairseq():
+    assert format_value("wps", 2390.6) == "2391"
+    assert format_value("loss", 4.76912) == "4.769"
+    assert format_value("lr", 0.000125) == "0.000125"
+    assert format_value("ppl", 9.2811) == "9.28"
+
+
+class FakeWriter:
+    def __init__(self):
+        self.scalars = []
+
+    def add_scalar(self, tag, value, step):
+        self.scalars.append((tag, value, step))
+
+    def flush(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_json_lines_console_and_tensorboard(tmp_path, monkeypatch, caplog):
+    writer = FakeWriter()
+    monkeypatch.setattr(train_log, "_tensorboard_writer", lambda logdir: writer if logdir else None)
+    log = TrainLog(LoggingConfig(tensorboard_logdir=str(tmp_path / "tb")), str(tmp_path), is_master=True,
+                   no_progress_bar=True)
+    assert log.progress_bar is False
+    with caplog.at_level("INFO", logger="nmt.train"):
+        log.emit("train_inner", 3, {"loss": 4.5, "wps": 1234.4, "num_updates": 20}, progress="    5 / 10")
+        log.emit("valid", 3, {"loss": 4.0, "num_updates": 20}, subset="valid")
+    lines = [json.loads(x) for x in (tmp_path / train_log.JSON_LOG).read_text().splitlines()]
+    assert [x["kind"] for x in lines] == ["train_inner", "valid"]
+    assert lines[0]["epoch"] == 3 and lines[0]["loss"] == 4.5 and lines[1]["subset"] == "valid"
+    text = caplog.text
+    assert "epoch 003:     5 / 10 loss=4.500, wps=1234, num_updates=20" in text
+    assert "epoch 003 | valid on 'valid' subset | loss 4.000 | num_updates 20" in text
+    assert ("train_inner/loss", 4.5, 20) in writer.scalars and ("valid/loss", 4.0, 20) in writer.scalars
+
+
+def test_other_ranks_write_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(train_log, "_tensorboard_writer", lambda logdir: pytest.fail("rank 1 made a writer"))
+    log = TrainLog(LoggingConfig(tensorboard_logdir=str(tmp_path / "tb")), str(tmp_path), is_master=False,
+                   no_progress_bar=False)
+    log.emit("train", 1, {"loss": 1.0})
+    assert not (tmp_path / train_log.JSON_LOG).exists()
+    assert log.progress_bar is False
