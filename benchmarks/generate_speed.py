@@ -172,15 +172,15 @@ def model_only(ens, batches, rows_per_sentence: int, steps: int) -> float:
     """Seconds for ``steps`` cached decoder steps of every batch, rows never reordered or dropped."""
     start = time.perf_counter()
     for src, lengths in batches:
-        encs = ens.encode(src, lengths)
-        n = src.size(0) * rows_per_sentence
-        if rows_per_sentence > 1:
-            encs = ens.reorder_encoder(encs, torch.arange(src.size(0)).repeat_interleave(rows_per_sentence))
-        states = ens.new_states()
-        tokens = torch.zeros(n, steps + 1, dtype=torch.long)
+        encs, states = ens.encode(src, lengths), ens.new_states()
+        tokens = torch.zeros(src.size(0), steps + 1, dtype=torch.long)
         for t in range(steps):
             lprobs, _ = ens.step(tokens[:, : t + 1], encs, states)
             tokens[:, t + 1] = lprobs.argmax(1)
+            if t == 0 and rows_per_sentence > 1:  # like the beam search: one first step per sentence
+                expand = torch.arange(src.size(0)).repeat_interleave(rows_per_sentence)
+                encs, states = ens.reorder_encoder(encs, expand), ens.reorder_states(states, expand)
+                tokens = tokens[expand]
     return time.perf_counter() - start
 
 

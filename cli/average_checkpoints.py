@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from nmt.cli.common import config_command
@@ -25,6 +27,10 @@ def run(cfg: AverageJob) -> None:
             raise UsageError("--num-epoch-checkpoints / --num-update-checkpoints take one folder in --inputs")
         paths = last_checkpoints(items[0], cfg.num_epoch_checkpoints, cfg.num_update_checkpoints)
     else:
+        folders = [p for p in items if Path(p).is_dir()]
+        if folders:
+            raise UsageError(f"--inputs {folders[0]} is a folder: add --num-epoch-checkpoints N or "
+                             "--num-update-checkpoints N, or list the checkpoint files")
         paths = items
     out = write_average(paths, cfg.output)
     click.echo(f"averaged {len(paths)} checkpoints ({', '.join(p if isinstance(p, str) else p.name for p in paths)})"

@@ -70,6 +70,7 @@ def config_command(prog: str, schema: type, run: Callable[[Any], Any], *, help: 
             load_plugins(_prescan(argv, "--user-dir"), plugin_kinds)
             command = _build(prog, schema, run, help, arguments, preset, extra_params or [])
             command.main(argv, prog_name=prog, standalone_mode=False)
+            sys.exit(0)
         except SystemExit:
             raise
         except click.exceptions.Exit as e:  # --help and friends

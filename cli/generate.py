@@ -22,20 +22,32 @@ def _output(cfg: GenerateJob) -> Iterator[IO[str]]:
     if cfg.results_path is None:
         yield sys.stdout
         return
-    with atomic_write(Path(cfg.results_path) / f"generate-{cfg.gen_subset}.txt") as f:
+    from nmt.config.loader import save_config
+
+    folder = Path(cfg.results_path)
+    save_config(cfg, folder / f"generate-{cfg.gen_subset}.config.yaml")  # how to repeat the run (--config)
+    with atomic_write(folder / f"generate-{cfg.gen_subset}.txt") as f:
         yield f
 
 
-def _references(cfg: GenerateJob, count: int) -> list[str] | None:
-    """The raw reference lines of --reference (None: score against the decoded target side)."""
-    if not cfg.reference:
+def _reference_file(cfg: GenerateJob, tgt: str) -> str | None:
+    """--reference, else the raw text nmt-preprocess kept in DATA/raw/ (None: neither exists)."""
+    if cfg.reference:
+        return cfg.reference
+    kept = Path(cfg.data) / "raw" / f"{cfg.gen_subset}.{tgt}"
+    return str(kept) if kept.is_file() else None
+
+
+def _references(path: str | None, subset: str, count: int) -> list[str] | None:
+    """The raw reference lines (None: score against the decoded target side)."""
+    if not path:
         return None
-    if not Path(cfg.reference).is_file():
-        raise UsageError(f"--reference {cfg.reference}: no such file; give the raw target text of the split")
-    with open_text(cfg.reference) as f:
+    if not Path(path).is_file():
+        raise UsageError(f"--reference {path}: no such file; give the raw target text of the split")
+    with open_text(path) as f:
         lines = [line.rstrip("\n") for line in f]
     if len(lines) != count:
-        raise DataError(f"--reference {cfg.reference}: {len(lines)} lines, but split {cfg.gen_subset} has "
+        raise DataError(f"--reference {path}: {len(lines)} lines, but split {subset} has "
                         f"{count} sentences; give the reference of that split")
     return lines
 
@@ -55,7 +67,8 @@ def run(cfg: GenerateJob) -> None:
     data = open_data_dir(cfg.data, cfg.source_lang, cfg.target_lang)
     dataset = load_language_pair(cfg.data, cfg.gen_subset, data.src, data.tgt)
     detok = load_text_pipeline(cfg.data, data.tgt).decode
-    references = _references(cfg, len(dataset))
+    reference_file = _reference_file(cfg, data.tgt)
+    references = _references(reference_file, cfg.gen_subset, len(dataset))
     translator = make_translator(cfg.generation, cfg.inference, data, cfg.common.seed)
     inf, gen = cfg.inference, cfg.generation
     plan = batch_by_size(dataset.src_sizes, None, max_tokens=inf.max_tokens,
@@ -88,7 +101,8 @@ def run(cfg: GenerateJob) -> None:
         summary = [translator.speed()]
         if ids:
             bleu, signature = corpus_bleu([hyps_out[i] for i in ids], [refs_out[i] for i in ids])
-            against = f"--reference {cfg.reference}" if references is not None else "the decoded target side"
+            against = ("the decoded target side" if references is None
+                       else f"--reference {reference_file}" if cfg.reference else reference_file)
             summary.append(f"Generate {cfg.gen_subset} with beam={gen.beam}: {bleu}")
             summary.append(f"sacreBLEU signature: {signature} (detokenized, against {against})")
         summary.append(f"total time, loading included: {time.perf_counter() - wall:.1f}s")

@@ -45,7 +45,8 @@ def run(cfg: InteractiveJob) -> None:
     stream = sys.stdin if cfg.input == "-" else open_text(cfg.input)
     start_id = 0
     try:
-        for lines in _buffered(stream, cfg.buffer_size):
+        size = 1 if stream.isatty() else cfg.buffer_size  # someone typing wants each line at once
+        for lines in _buffered(stream, size):
             ids = [data.src_dict.encode_line(encode(line)) for line in lines]
             src_tokens, src_lengths = pad_batch(ids, data.src_dict.pad())
             results = translator.translate(src_tokens, src_lengths, need_attn=gen.print_alignment)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from nmt.cli.generate import main as generate_main
-from test_generate_setup import make_checkpoint, make_data_bin
+from test_generate_setup import call_cli, make_checkpoint, make_data_bin
 
 torch.set_num_threads(1)
 N_TEST = 9
@@ -23,10 +23,9 @@ def setup(tmp_path_factory):
 
 
 def generate(capsys, *argv) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as done:
-        generate_main([str(a) for a in argv])
+    code = call_cli(generate_main, list(argv))
     out, err = capsys.readouterr()
-    return done.value.code or 0, out, err
+    return code, out, err
 
 
 def lines_of(out: str, kind: str) -> dict[int, list[str]]:
@@ -55,6 +54,7 @@ def test_output_format_bleu_and_speed(setup, capsys):
             assert len(tokens) <= 6
     assert re.search(r"Generate test with beam=3: BLEU = \d+\.\d+", out)
     assert "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in out
+    assert f"against {data_bin / 'raw' / 'test.de'})" in out  # the raw reference kept by nmt-preprocess
     assert re.search(r"[\d.]+ sentences/s, [\d.]+ tokens/s", out)
 
 
@@ -64,6 +64,7 @@ def test_detokenized_output_and_reference_file(setup, capsys):
                               "--results-path", folder / "res", "--reference", folder / "test.de")
     assert code == 0, err
     text = (folder / "res" / "generate-test.txt").read_text()
+    assert "beam: 2" in (folder / "res" / "generate-test.config.yaml").read_text()
     h, d = lines_of(text, "H"), lines_of(text, "D")
     assert sorted(d) == list(range(N_TEST))
     for sid in h:

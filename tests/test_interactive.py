@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from nmt.cli.generate import main as generate_main
-from test_generate_setup import make_checkpoint, make_data_bin
+from test_generate_setup import call_cli, make_checkpoint, make_data_bin
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +41,7 @@ def test_stdin_lines_are_translated_like_the_binarized_split(setup, capsys):
     assert len(translations) == len(raw.splitlines())
     assert "sentences/s" in done.stderr
 
-    with pytest.raises(SystemExit):
-        generate_main([str(a) for a in (data_bin, *options)])
+    assert call_cli(generate_main, [data_bin, *options]) == 0
     out = capsys.readouterr().out
     detok = {int(m.group(1)): m.group(2) for m in re.finditer(r"^D-(\d+)\t[^\t]*\t(.*)$", out, re.M)}
     assert translations == [detok[i] for i in range(len(translations))]
@@ -64,7 +63,6 @@ def test_missing_input_file_is_one_line(setup, tmp_path, capsys):
     from nmt.cli.interactive import main
 
     folder, data_bin, ckpt = setup
-    with pytest.raises(SystemExit) as done:
-        main([str(data_bin), "--path", str(ckpt), "--input", str(tmp_path / "nope.txt")])
+    code = call_cli(main, [data_bin, "--path", ckpt, "--input", tmp_path / "nope.txt"])
     err = capsys.readouterr().err
-    assert done.value.code == 1 and "nope.txt" in err and "Traceback" not in err
+    assert code == 1 and "nope.txt" in err and "Traceback" not in err

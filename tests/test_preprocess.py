@@ -37,6 +37,9 @@ def test_writes_dictionaries_splits_and_metadata(corpus, capsys):
     ds = load_language_pair(tmp / "bin", "train", "en", "de")
     assert len(ds) == 200 and ds.src_dict.string(ds[0]["source"]) == EN[0]
     assert ds[2]["source"].tolist() == [ds.src_dict.eos()]  # the empty line
+    # the raw text of every split but train is kept: nmt-generate's BLEU reference
+    assert (tmp / "bin" / "raw" / "valid.de").read_text() == "eine katze sass auf einem zebra\n"
+    assert not (tmp / "bin" / "raw" / "train.de").exists()
 
 
 def test_output_is_identical_with_more_workers_and_from_gzip(corpus, capsys):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from train_toy_data import TINY_MODEL, make_toy_task, read_log, run_train
+from train_toy_data import TINY_MODEL, call_train, make_toy_task, read_log, run_train
 
 FAST = [*TINY_MODEL, "--max-tokens", "256", "--num-threads", "1", "--dropout", "0"]
 
@@ -93,12 +93,8 @@ def test_validate_interval_updates(small_bin, tmp_path):
 
 
 def test_list_plugins_and_arch_help(capsys):
-    from nmt.cli.train import main
-
     for argv in (["--list-plugins"], ["--arch", "help"]):
-        with pytest.raises(SystemExit) as done:
-            main(argv)
-        assert done.value.code in (0, None)
+        assert call_train(argv) == 0
         out = capsys.readouterr().out
         for expected in ("arch (--arch):", "transformer_base", "optimizer (--optimizer):", "adam",
                          "lr_scheduler (--lr-scheduler):", "inverse_sqrt", "criterion (--criterion):"):
@@ -110,19 +106,11 @@ def test_list_plugins_and_arch_help(capsys):
     (["--fp16", "--bf16"], "--fp16 and --bf16 were both given; choose one"),
 ])
 def test_bad_precision_flags_fail_in_one_line(small_bin, tmp_path, capsys, argv, message):
-    from nmt.cli.train import main
-
-    with pytest.raises(SystemExit) as done:
-        main([str(small_bin), *FAST, "--save-dir", str(tmp_path / "ck"), *argv])
-    assert done.value.code == 2
+    assert call_train([small_bin, *FAST, "--save-dir", tmp_path / "ck", *argv]) == 2
     err = capsys.readouterr().err
     assert f"nmt-train: error: {message}" in err and "Traceback" not in err
 
 
 def test_missing_data_bin_is_a_usage_error(tmp_path, capsys):
-    from nmt.cli.train import main
-
-    with pytest.raises(SystemExit) as done:
-        main([str(tmp_path / "nope"), "--save-dir", str(tmp_path / "ck")])
-    assert done.value.code == 2
+    assert call_train([tmp_path / "nope", "--save-dir", tmp_path / "ck"]) == 2
     assert "no such folder" in capsys.readouterr().err

@@ -63,8 +63,8 @@ class GenerateJob:
     source_lang: Optional[str] = opt(None, "Source language [default: read from the data-bin].")
     target_lang: Optional[str] = opt(None, "Target language [default: read from the data-bin].")
     results_path: Optional[str] = opt(None, "Write the output to DIR/generate-SUBSET.txt instead of stdout.")
-    reference: Optional[str] = opt(None, "Raw (untokenized) reference text for BLEU [default: the target side "
-                                         "of the split, BPE removed and detokenized].")
+    reference: Optional[str] = opt(None, "Raw (untokenized) reference text for BLEU [default: DATA/raw/SPLIT.TGT "
+                                         "kept by nmt-preprocess, else the target side decoded].")
     attention_plot: Optional[str] = opt(None, "Save cross-attention heatmaps (PNG, one per head) of the first "
                                               "--attention-plot-sentences sentences in this folder "
                                               "(needs matplotlib).")

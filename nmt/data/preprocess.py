@@ -36,6 +36,7 @@ class Split:
     name: str  # train, valid, valid1, test, ...
     inputs: dict[str, Path]  # lang -> the user's file
     text: dict[str, Path]  # lang -> current plain text (changes after each text pass)
+    raw: dict[str, Path] | None = None  # lang -> the input as plain text (before any text pass)
 
 
 def _splits(cfg: PreprocessConfig) -> list[Split]:
@@ -154,6 +155,7 @@ def _run_in(out: Path, work: Path, cfg: PreprocessConfig, user_dir: str | None, 
                                 "fingerprint": dicts[lang].fingerprint()} for lang in run.langs},
         "pipeline": {"tokenizer": dict(cfg.tokenizer), "bpe": {**dict(cfg.bpe), "codes": codes},
                      "user_dir": str(Path(user_dir).resolve()) if user_dir else None},
+        "raw_text": "raw/<split>.<lang>: the untokenized input of every split but train (BLEU references)",
         "empty_lines": "kept: an empty line becomes a sentence holding only </s>; counted per split",
         "splits": split_meta,
         "job_fingerprint": fingerprint,
@@ -169,6 +171,7 @@ def _check_inputs(run: _Run) -> None:
         for lang in run.langs:
             check_nonempty(s.inputs[lang], s.inputs[lang])
             s.text[lang] = as_plain_file(s.inputs[lang], run.work)
+        s.raw = dict(s.text)
         n_src, n_tgt = count_lines(s.text[src]), count_lines(s.text[tgt])
         if n_src != n_tgt:
             raise DataError(f"{s.inputs[src]} has {n_src} lines but {s.inputs[tgt]} has {n_tgt}; "
@@ -240,6 +243,10 @@ def _binarize_splits(run: _Run, dicts: dict[str, Dictionary]) -> dict[str, Any]:
             stats = binarize(run.runner, s.text[lang], str(s.inputs[lang]), dict_file, dicts[lang],
                              out / f"{s.name}.{src}-{tgt}.{lang}")
             split_meta[s.name][lang] = _split_stats(stats)
+        if s is not run.train:  # the raw text: nmt-generate scores BLEU against the raw reference
+            (out / "raw").mkdir(exist_ok=True)
+            for lang in run.langs:
+                shutil.copyfile(s.raw[lang], out / "raw" / f"{s.name}.{lang}")
         if cfg.keep_text:
             (out / "text").mkdir(exist_ok=True)
             for lang in run.langs:

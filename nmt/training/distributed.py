@@ -178,11 +178,3 @@ def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(values)
     return values
 
-
-def broadcast_object(obj: Any, src: int = 0) -> Any:
-    """Rank ``src``'s python object on every rank."""
-    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=src)
-    return box[0]

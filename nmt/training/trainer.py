@@ -127,6 +127,3 @@ class Trainer:
     def all_reduce(self, sums: dict[str, float]) -> dict[str, float]:
         """Validation sums over the ranks."""
         return self._all_reduce_stats(sums)
-
-    def get_lr(self) -> float:
-        return self.lr_scheduler.get_lr()

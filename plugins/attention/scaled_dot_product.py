@@ -24,11 +24,12 @@ class ScaledDotProductAttention(AttentionBase):
         T, S = q.size(2), k.size(2)
         dropout = self.dropout if self.training else 0.0
         # On the CPU the fused kernel's backward is slower than the explicit product (5x in bf16,
-        # 1.25x in fp32, measured by benchmarks/train_throughput.py's setting), so training there
-        # takes the explicit path; inference and CUDA keep the fused kernel.
+        # 1.25x in fp32 at the benchmarks/train_throughput.py shapes), so training there takes the
+        # explicit path; inference and CUDA keep the fused kernel.
         if need_weights or (not q.is_cuda and torch.is_grad_enabled() and q.requires_grad):
             mask = allowed_mask(T, S, key_padding_mask, causal, q.device)
-            return softmax_attention((q @ k.transpose(-2, -1)) * self.scale, v, mask, dropout, self.training)
+            out, weights = softmax_attention((q @ k.transpose(-2, -1)) * self.scale, v, mask, dropout, self.training)
+            return out, (weights if need_weights else None)  # (B, H, T, D), (B, H, T, S) or None
         if causal and T == S and key_padding_mask is None:  # no mask is materialised
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True), None
         mask = allowed_mask(T, S, key_padding_mask, causal, q.device)  # (B|1, 1, T|1, S) or None

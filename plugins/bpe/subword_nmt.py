@@ -9,6 +9,7 @@ import contextlib
 import inspect
 import io
 import itertools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -43,7 +44,9 @@ def _fast_argmax() -> Iterator[None]:
     from subword_nmt import learn_bpe as module
 
     try:
-        applies = inspect.getsource(module).count(_ARGMAX_CALL) >= 1
+        source = inspect.getsource(module)
+        # every keyed max() in that module must be the one call replaced, or nothing is patched
+        applies = 0 < source.count(_ARGMAX_CALL) == len(re.findall(r"\bmax\([^()]*key=", source))
     except (OSError, TypeError):
         applies = False
     if not applies:

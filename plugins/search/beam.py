@@ -5,6 +5,11 @@ Each step scores every (beam, next token) pair of every sentence with one top-k 
 ranked within the first ``beam`` and continues the ``beam`` best others. A sentence with
 ``beam`` finished hypotheses (or at its length limit) leaves the batch: its rows are dropped
 from the encoder output and the key/value cache, so long sentences do not make short ones pay.
+
+The first step decodes one row per sentence (its beams are still one prefix) and only then
+copies the encoder output and cache to ``beam`` rows; the encoder-side cache entries are reordered
+only when sentences leave, never when beams are merely re-ranked. Tested to give fairseq-generate's
+hypotheses on a converted fairseq model (tests/test_search_fairseq_parity.py).
 """
 
 from __future__ import annotations
