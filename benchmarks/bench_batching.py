@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import gzip
 import time
+from pathlib import Path
 
 import numpy as np
 
 from nmt.data.batching import batch_by_size
 
-MULTI30K = "/work/shared/data/multi30k"
+MULTI30K = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k")  # ../shared beside the checkout
 
 
 def report(name: str, src: np.ndarray, tgt: np.ndarray, max_tokens: int) -> None:

@@ -15,7 +15,7 @@ Without --data, the Multi30k data-bin is built once in /tmp/nmt_bench_m30k (Mose
 BPE merges, as the reference run).
 
 --fairseq DIR instead decodes with the real fairseq 0.12 model of the peer reference folder
-(/work/shared/peer/fairseq-m30k: checkpoint_best.pt, data-bin/dict.*.txt, test_2016_flickr.bpe.en),
+(../shared/peer/fairseq-m30k: checkpoint_best.pt, data-bin/dict.*.txt, test_2016_flickr.bpe.en),
 converted in memory (fairseq's sinusoids and its </s> decoder start); it prints speed, detokenized
 sacreBLEU against the raw reference, and how many best hypotheses equal fairseq-generate's own.
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-M30K = Path("/work/shared/data/multi30k")
+M30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"  # ../shared beside the checkout
 
 
 def build_data_bin(folder: Path) -> Path:

@@ -9,7 +9,7 @@ Each run is a fresh process (import time included), measured by wall clock and t
 the process tree (the largest single process, as /usr/bin/time -v reports it). Figures are
 printed; the binarize-only run is repeated (median shown) since a shared machine is noisy.
 
-    python benchmarks/preprocess_speed.py [--data /work/shared/data/multi30k] [--repeats 3]
+    python benchmarks/preprocess_speed.py [--data ../shared/data/multi30k] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def report(name: str, runs: list[tuple[float, float, float]], lines: int) -> Non
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default="/work/shared/data/multi30k")
+    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"))
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     data = Path(args.data)

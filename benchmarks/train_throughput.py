@@ -2,7 +2,7 @@
 beside a stock ``torch.nn.Transformer`` of the same shape trained on the same batches (the anchor
 that makes numbers from a busy machine comparable).
 
-Setting (the fairseq 0.12 reference run in /work/shared/tools/RESULTS.md, ~2,390 wps fp32 on
+Setting (the fairseq 0.12 reference run in ../shared/tools/RESULTS.md, ~2,390 wps fp32 on
 this 2-core CPU): 3+3 layers, d 256, FFN 1024, 4 heads, shared embeddings, dropout 0.1,
 adam (0.9, 0.98), lr 5e-4, inverse_sqrt warmup 4000, label smoothing 0.1, --max-tokens 4096.
 

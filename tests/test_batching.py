@@ -9,7 +9,9 @@ import pytest
 from nmt.data.batching import batch_by_size, filter_by_size
 from nmt.errors import ConfigError, DataError
 
-DATA = "/work/shared/data/multi30k"
+from shared_paths import MULTI30K
+
+DATA = str(MULTI30K)
 
 
 def random_sizes(n=3000, seed=0, high=120):
@@ -115,7 +117,7 @@ def test_multi30k_sizes():
     try:
         src, tgt = lengths(f"{DATA}/train.en.gz"), lengths(f"{DATA}/train.de.gz")
     except FileNotFoundError:
-        pytest.skip("Multi30k is not in /work/shared/data")
+        pytest.skip(f"Multi30k is not in {MULTI30K}")
     plan = batch_by_size(src, tgt, max_tokens=4096, required_batch_size_multiple=8)
     assert sorted(np.concatenate(plan.batches).tolist()) == list(range(len(src)))
     cost = sum(padded_cost(b, src, tgt) for b in plan.batches)

@@ -13,7 +13,7 @@ from nmt.data.indexed_dataset import IndexedDataset
 from nmt.data.text_pipeline import load_text_pipeline
 from preprocess_cli_helpers import run_subprocess
 
-MULTI30K = Path("/work/shared/data/multi30k")
+from shared_paths import MULTI30K
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not (MULTI30K / "train.en.gz").is_file(), reason="Multi30k not available")]
 

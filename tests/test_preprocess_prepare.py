@@ -7,7 +7,7 @@ import pytest
 import nmt.data.prepare as prepare_module
 from nmt.cli.prepare import main as prepare_main
 
-MULTI30K = Path("/work/shared/data/multi30k")
+from shared_paths import MULTI30K
 
 
 def run(argv, capsys):

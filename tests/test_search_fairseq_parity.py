@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-PEER = Path("/work/shared/peer/fairseq-m30k")
+from shared_paths import PEER_FAIRSEQ as PEER
 ROOT = Path(__file__).resolve().parents[1]
 N = 40
 
