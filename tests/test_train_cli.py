@@ -16,13 +16,6 @@ def small_bin(tmp_path_factory):
     return make_toy_task(tmp_path_factory.mktemp("small"), n_train=200, n_valid=16)
 
 
-@pytest.fixture(autouse=True)
-def keep_threads():
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.slow
 def test_copy_task_reaches_near_zero_loss(tmp_path):
     data = make_toy_task(tmp_path / "copy", n_train=1000, n_valid=64)

@@ -20,13 +20,6 @@ def toy_bin(tmp_path_factory):
     return make_toy_task(tmp_path_factory.mktemp("toy"), n_train=400, n_valid=32)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
-
-
 # ---------------------------------------------------------------- the scaler on its own
 
 

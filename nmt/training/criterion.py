@@ -20,35 +20,65 @@ from nmt.registry import CRITERION
 LN2 = math.log(2.0)
 
 
+# Logits processed at once: a chunk's fp32 copy (4 MB) stays in the CPU's last-level cache
+# (measured on this 2-core EPYC: 2^20 elements beat 2^16..2^22).
+_CHUNK_ELEMENTS = 1 << 20
+
+
 class _LabelSmoothedNLL(torch.autograd.Function):
-    """Forward: fp32 log-softmax, then the two sums. Backward: the closed-form gradient
-    ``g_loss * (softmax - w) + g_nll * (softmax - onehot)`` (``w`` = the smoothed target), written
-    into one (N, V) buffer -- autograd's chain (gather, sum, log_softmax) would allocate three."""
+    """The loss and its gradient in one pass over the logits, chunk by chunk in fp32.
+
+    With ``w`` the smoothed target (gold ``1 - eps``, every other class ``eps_i``; it sums to 1),
+    ``loss = -sum_v w_v log p_v`` and its gradient is ``p - w``, known as soon as the softmax is.
+    So the forward writes ``p - w`` straight into a buffer of the logits' dtype and the backward
+    only scales it: no (N, V) fp32 tensor lives between the passes, and each chunk's softmax is
+    computed once, while its rows are in cache. ``nll = lse - x_gold``; its gradient
+    ``p - onehot = (p - w) + (w - onehot)`` is added only when the nll itself is back-propagated."""
 
     @staticmethod
     def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor, epsilon: float
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        lprobs = torch.log_softmax(logits.float(), dim=-1)  # (N, V) fp32 whatever the logits' dtype
-        nll_sum = -lprobs.gather(-1, target.unsqueeze(-1)).sum()
-        eps_i = epsilon / (lprobs.size(-1) - 1)
-        if epsilon:
-            loss = (1.0 - epsilon - eps_i) * nll_sum + eps_i * -lprobs.sum()
-        else:
-            loss = nll_sum.clone()
-        ctx.save_for_backward(lprobs, target)
-        ctx.epsilon, ctx.eps_i, ctx.logits_dtype = epsilon, eps_i, logits.dtype
-        return loss, nll_sum
+        n, v = logits.shape
+        eps_i = epsilon / (v - 1)
+        grad = torch.empty_like(logits)  # (N, V) p - w, in the logits' dtype
+        loss = logits.new_zeros((), dtype=torch.float32)
+        nll = logits.new_zeros((), dtype=torch.float32)
+        rows = max(1, _CHUNK_ELEMENTS // v)
+        for start in range(0, n, rows):
+            x = logits[start:start + rows].to(torch.float32, copy=True)  # (n, V) fp32 copy of the chunk
+            gold = target[start:start + rows].unsqueeze(-1)  # (n, 1)
+            x_gold = x.gather(-1, gold)  # (n, 1)
+            x_sum = x.sum(-1, keepdim=True)  # (n, 1)
+            m = x.amax(-1, keepdim=True)  # (n, 1)
+            p = x.sub_(m).exp_()  # (n, V) unnormalised softmax, in place
+            z = p.sum(-1, keepdim=True)  # (n, 1)
+            lse = m + z.log()  # (n, 1) log-sum-exp
+            chunk_nll = (lse - x_gold).sum()
+            nll += chunk_nll
+            # sum_v -log p_v = V * lse - sum_v x_v
+            loss += (1.0 - epsilon - eps_i) * chunk_nll + eps_i * (v * lse - x_sum).sum() if epsilon else chunk_nll
+            p.div_(z)  # softmax
+            if epsilon:
+                p.sub_(eps_i)
+            p.scatter_add_(-1, gold, p.new_full(gold.shape, -(1.0 - epsilon - eps_i)))  # p - w
+            grad[start:start + rows] = p
+        ctx.save_for_backward(grad, target)
+        ctx.epsilon, ctx.eps_i = epsilon, eps_i
+        return loss, nll
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad_loss: torch.Tensor, grad_nll: torch.Tensor) -> tuple[Any, None, None]:
-        lprobs, target = ctx.saved_tensors
-        grad = lprobs.exp().mul_(grad_loss + grad_nll)  # (N, V) softmax, scaled
-        if ctx.epsilon:
-            grad.sub_(grad_loss * ctx.eps_i)
-        gold = -(grad_loss * (1.0 - ctx.epsilon - ctx.eps_i) + grad_nll)  # () at each gold class
-        grad.scatter_add_(-1, target.unsqueeze(-1), gold.expand(target.size(0), 1).contiguous())
-        return grad.to(ctx.logits_dtype), None, None
+        grad, target = ctx.saved_tensors
+        if bool(grad_nll == 0) and bool(grad_loss == 1):  # the usual case: loss.backward()
+            return grad, None, None
+        out = grad * (grad_loss + grad_nll).to(grad.dtype)  # (N, V)
+        if bool(grad_nll != 0):  # + g_nll * (w - onehot): eps_i off the gold class, -eps on it
+            if ctx.epsilon:
+                out.add_((grad_nll * ctx.eps_i).to(out.dtype))
+            gold = -(grad_nll * (ctx.epsilon + ctx.eps_i)).to(out.dtype)
+            out.scatter_add_(-1, target.unsqueeze(-1), gold.expand(target.size(0), 1).contiguous())
+        return out, None, None
 
 
 def label_smoothed_nll_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float

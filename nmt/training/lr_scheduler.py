@@ -6,11 +6,21 @@ and the learning rate of every update is the same whether or not training was in
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from nmt.config.fields import opt
 from nmt.registry import LR_SCHEDULER
+
+
+@dataclass
+class WarmupConfig:
+    """The options of a schedule that starts with a linear warmup (inverse_sqrt, cosine)."""
+
+    warmup_updates: int = opt(4000, "Updates of linear warmup before the schedule's decay.")
+    warmup_init_lr: float = opt(-1.0, "Learning rate the warmup starts from (-1 = 0, or --lr when there is no warmup).")
 
 
 class LRScheduler:

@@ -10,13 +10,11 @@ import torch
 from nmt.config.fields import opt
 from nmt.errors import ConfigError
 from nmt.registry import register_lr_scheduler
-from nmt.training.lr_scheduler import LRScheduler, linear_warmup, warmup_start_lr
+from nmt.training.lr_scheduler import LRScheduler, WarmupConfig, linear_warmup, warmup_start_lr
 
 
 @dataclass
-class CosineConfig:
-    warmup_updates: int = opt(4000, "Updates of linear warmup before the schedule's decay.")
-    warmup_init_lr: float = opt(-1.0, "Learning rate the warmup starts from (-1 = 0, or --lr when there is no warmup).")
+class CosineConfig(WarmupConfig):
     min_lr: float = opt(0.0, "Learning rate the cosine ends at (and stays at afterwards).")
     lr_period_updates: int = opt(-1, "Updates the cosine decay lasts (-1 = --max-update minus the warmup).")
 

@@ -7,17 +7,14 @@ from dataclasses import dataclass
 
 import torch
 
-from nmt.config.fields import opt
 from nmt.errors import ConfigError
 from nmt.registry import register_lr_scheduler
-from nmt.training.lr_scheduler import LRScheduler, linear_warmup, warmup_start_lr
+from nmt.training.lr_scheduler import LRScheduler, WarmupConfig, linear_warmup, warmup_start_lr
 
 
 @dataclass
-class InverseSqrtConfig:
-    warmup_updates: int = opt(4000, "Updates of linear warmup before the schedule's decay.")
-    warmup_init_lr: float = opt(-1.0, "Learning rate the warmup starts from (-1 = 0, or --lr when there is no warmup).")
-
+class InverseSqrtConfig(WarmupConfig):
+    """A warmup, then decay with the inverse square root of the update number."""
 
 @register_lr_scheduler("inverse_sqrt", config=InverseSqrtConfig)
 class InverseSqrtSchedule(LRScheduler):
