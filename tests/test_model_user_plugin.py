@@ -1,5 +1,5 @@
 """A user's attention plugin in a --user-dir folder builds and trains a tiny model with no
-change to nmt itself (later: the same through nmt-train --user-dir)."""
+change to nmt itself, directly and through `nmt-train --user-dir`."""
 
 import textwrap
 
@@ -66,3 +66,30 @@ def test_user_attention_plugin_trains_a_tiny_model(tmp_path):
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0]
     assert not torch.equal(bilinear, start)  # the plugin's own parameter is trained
+
+
+def test_user_attention_plugin_through_nmt_train(tmp_path):
+    """The same plugin through the real CLI, in a fresh process: --user-dir is the only hook."""
+    import json
+    import subprocess
+    import sys
+
+    from nmt.training.checkpoints import load_checkpoint
+    from train_toy_data import TINY_MODEL, make_toy_task
+
+    plugins = tmp_path / "my_plugins"
+    plugins.mkdir()
+    (plugins / "multiplicative.py").write_text(PLUGIN)
+    data = make_toy_task(tmp_path / "copy", n_train=120, n_valid=8)
+    save = tmp_path / "ck"
+    argv = [str(data), *TINY_MODEL, "--user-dir", str(plugins), "--attention", "multiplicative",
+            "--max-update", "6", "--max-tokens", "256", "--lr", "3e-3", "--num-threads", "1",
+            "--save-dir", str(save), "--log-interval", "1"]
+    done = subprocess.run([sys.executable, "-c", "from nmt.cli.train import main; main()", *argv],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    logged = [json.loads(line) for line in (save / "train_log.jsonl").read_text().splitlines()]
+    assert [r["num_updates"] for r in logged if r["kind"] == "train_inner"][-1] == 6
+    state = load_checkpoint(save / "checkpoint_last.pt", check_plugins_registered=False)
+    used = {(r["kind"], r["name"]) for r in state["plugins"]}
+    assert ("attention", "multiplicative") in used
