@@ -22,6 +22,8 @@ def plugin_listing() -> str:
     """Every registered plugin by kind, with its one-line help."""
     lines = []
     for kind, registry in REGISTRIES.items():
+        if not registry.choices():
+            continue
         lines.append(f"{kind} ({registry.option}):")
         for name in registry.choices():
             lines.append(f"  {name:<32} {registry.entry(name).help}")
