@@ -52,16 +52,23 @@ class InferenceConfig:
 
 
 @dataclass
-class GenerateJob:
-    """`nmt-generate DATA --path CKPT`: translate a binarized split and score it."""
+class TranslateJob:
+    """What nmt-generate and nmt-interactive share: the models' search, the batching, the data-bin."""
 
     common: CommonConfig = field(default_factory=CommonConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     inference: InferenceConfig = field(default_factory=InferenceConfig)
-    data: Optional[str] = opt(None, "The data-bin folder written by nmt-preprocess.", cli=False)
-    gen_subset: str = opt("test", "Split to translate (train, valid, test, ...).")
+    data: Optional[str] = opt(None, "The data-bin folder written by nmt-preprocess (its dictionaries, "
+                                    "tokenizer and BPE are used).", cli=False)
     source_lang: Optional[str] = opt(None, "Source language [default: read from the data-bin].")
     target_lang: Optional[str] = opt(None, "Target language [default: read from the data-bin].")
+
+
+@dataclass
+class GenerateJob(TranslateJob):
+    """`nmt-generate DATA --path CKPT`: translate a binarized split and score it."""
+
+    gen_subset: str = opt("test", "Split to translate (train, valid, test, ...).")
     results_path: Optional[str] = opt(None, "Write the output to DIR/generate-SUBSET.txt instead of stdout.")
     reference: Optional[str] = opt(None, "Raw (untokenized) reference text for BLEU [default: DATA/raw/SPLIT.TGT "
                                          "kept by nmt-preprocess, else the target side decoded].")
@@ -73,17 +80,11 @@ class GenerateJob:
 
 
 @dataclass
-class InteractiveJob:
+class InteractiveJob(TranslateJob):
     """`nmt-interactive DATA --path CKPT`: translate raw sentences from stdin or --input."""
 
-    common: CommonConfig = field(default_factory=CommonConfig)
-    generation: GenerationConfig = field(default_factory=GenerationConfig)
-    inference: InferenceConfig = field(default_factory=InferenceConfig)
-    data: Optional[str] = opt(None, "The data-bin folder (its dictionaries, tokenizer and BPE are used).", cli=False)
     input: str = opt("-", "File of raw sentences, one per line ('-': stdin).")
     buffer_size: int = opt(64, "Sentences read before a batch is translated.")
-    source_lang: Optional[str] = opt(None, "Source language [default: read from the data-bin].")
-    target_lang: Optional[str] = opt(None, "Target language [default: read from the data-bin].")
     verbose: bool = opt(False, "Print fairseq's S-/H-/D-/P- lines instead of only the translations.")
 
 
