@@ -16,14 +16,14 @@ BPE merges, as the reference run).
 
 --fairseq DIR instead decodes with the real fairseq 0.12 model of the peer reference folder
 (../shared/peer/fairseq-m30k: checkpoint_best.pt, data-bin/dict.*.txt, test_2016_flickr.bpe.en),
-converted in memory (fairseq's sinusoids and its </s> decoder start); it prints speed, detokenized
-sacreBLEU against the raw reference, and how many best hypotheses equal fairseq-generate's own.
+imported in memory with nmt.interop (what nmt-import-fairseq checkpoint writes, docs/fairseq.md); it
+prints speed, detokenized sacreBLEU against the raw reference, and how many best hypotheses equal
+fairseq-generate's own.
 """
 
 from __future__ import annotations
 
 import argparse  # a benchmark script, not an nmt command: no config dataclass needed
-import math
 import time
 from pathlib import Path
 
@@ -60,78 +60,33 @@ def random_model(src_dict, tgt_dict):
     return build_model(cfg, src_dict, tgt_dict).eval()
 
 
-class FairseqSinusoidal(torch.nn.Module):
-    """fairseq's sinusoids: [sin | cos] halves, frequencies 10000^(-i/(d/2-1)), positions from pad+1=2."""
-
-    def __init__(self, embed_dim: int, max_positions: int, option: str = ""):
-        super().__init__()
-        half = embed_dim // 2
-        freq = torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000.0) / (half - 1)))
-        angles = torch.arange(max_positions + 2, dtype=torch.float32)[:, None] * freq[None]  # (P, half)
-        self.register_buffer("table", torch.cat([angles.sin(), angles.cos()], 1), persistent=False)
-
-    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
-        return self.table[offset + 2: offset + 2 + length]  # (length, C)
-
-
 def fairseq_model(folder: Path, src_dict, tgt_dict):
-    """The peer fairseq transformer (3+3, d 256, shared embeddings) as an nmt model."""
-    import argparse as _argparse
+    """The peer fairseq transformer as an nmt model, through the importer (nmt-import-fairseq checkpoint)."""
+    from nmt.interop.fairseq_checkpoint import build_imported_model
+    from nmt.interop.fairseq_unpickle import load_fairseq_file
 
-    from nmt.config.model import ModelConfig
-    from nmt.models.build import build_model
-    from nmt.registry import POSITIONAL
-
-    if "fairseq_sinusoidal" not in POSITIONAL:
-        POSITIONAL.register("fairseq_sinusoidal")(FairseqSinusoidal)
-    with torch.serialization.safe_globals([_argparse.Namespace]):  # fairseq pickles its args; nothing else runs
-        fs = torch.load(folder / "checkpoint_best.pt", weights_only=True, map_location="cpu")["model"]
-    cfg = ModelConfig(encoder_layers=3, decoder_layers=3, encoder_embed_dim=256, decoder_embed_dim=256,
-                      encoder_ffn_embed_dim=1024, decoder_ffn_embed_dim=1024, encoder_attention_heads=4,
-                      decoder_attention_heads=4, share_all_embeddings=True, positional="fairseq_sinusoidal")
-    model = build_model(cfg, src_dict, tgt_dict).eval()
-    ours = {}
-    for side in ("encoder", "decoder"):
-        ours[f"{side}.embedder.embed_tokens.weight"] = fs[f"{side}.embed_tokens.weight"]
-        for i in range(3):
-            f, o = f"{side}.layers.{i}.", f"{side}.layers.{i}."
-            for part in ("weight", "bias"):
-                ours[o + f"self_attn.qkv_proj.{part}"] = torch.cat(
-                    [fs[f + f"self_attn.{x}_proj.{part}"] for x in "qkv"])
-                ours[o + f"self_attn.out_proj.{part}"] = fs[f + f"self_attn.out_proj.{part}"]
-                ours[o + f"ffn.fc1.{part}"] = fs[f + f"fc1.{part}"]
-                ours[o + f"ffn.fc2.{part}"] = fs[f + f"fc2.{part}"]
-                ours[o + f"ffn_res.norm.{part}"] = fs[f + f"final_layer_norm.{part}"]
-                if side == "encoder":
-                    ours[o + f"attn_res.norm.{part}"] = fs[f + f"self_attn_layer_norm.{part}"]
-                    continue
-                ours[o + f"self_res.norm.{part}"] = fs[f + f"self_attn_layer_norm.{part}"]
-                ours[o + f"cross_attn.q_proj.{part}"] = fs[f + f"encoder_attn.q_proj.{part}"]
-                ours[o + f"cross_attn.kv_proj.{part}"] = torch.cat(
-                    [fs[f + f"encoder_attn.{x}_proj.{part}"] for x in "kv"])
-                ours[o + f"cross_attn.out_proj.{part}"] = fs[f + f"encoder_attn.out_proj.{part}"]
-                ours[o + f"cross_res.norm.{part}"] = fs[f + f"encoder_attn_layer_norm.{part}"]
-    ours["decoder.output_weight"] = fs["decoder.output_projection.weight"]
-    model.load_state_dict(ours)
-    return model
+    path = folder / "checkpoint_best.pt"
+    return build_imported_model(load_fairseq_file(path), path, src_dict, tgt_dict)
 
 
 def fairseq_reference(folder: Path, args) -> None:
-    """Decode test_2016_flickr with the converted fairseq model; speed, BLEU, agreement."""
+    """Decode test_2016_flickr with the imported fairseq model; speed, BLEU, agreement."""
     import gzip
     import re
 
     from sacremoses import MosesDetokenizer
 
     from nmt.config.generate import GenerationConfig
-    from nmt.data.dictionary import Dictionary
     from nmt.generation.ensemble import EnsembleModel
-    from nmt.generation.inference import autocast, pad_batch
+    from nmt.generation.inference import decoder_start, pad_batch, to_bf16
     from nmt.generation.output import corpus_bleu
     from nmt.generation.search import build_search
+    from nmt.interop.fairseq_data import read_fairseq_dictionary
 
-    d = Dictionary.load(folder / "data-bin" / "dict.en.txt")
+    d = read_fairseq_dictionary(folder / "data-bin" / "dict.en.txt")
     ens = EnsembleModel([fairseq_model(folder, d, d)])
+    if args.bf16:
+        to_bf16(ens)  # as nmt-generate --bf16 does
     lines = (folder / "test_2016_flickr.bpe.en").read_text(encoding="utf-8").splitlines()[: args.limit]
     ids = [d.encode_line(line) for line in lines]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
@@ -139,13 +94,13 @@ def fairseq_reference(folder: Path, args) -> None:
     with gzip.open(M30K / "test_2016_flickr.de.gz", "rt", encoding="utf-8") as f:
         refs = [line.rstrip("\n") for line in f][: len(lines)]
     detok = MosesDetokenizer(lang="de")
-    print(f"fairseq 0.12 checkpoint {folder / 'checkpoint_best.pt'} converted; {len(lines)} sentences, "
+    print(f"fairseq 0.12 checkpoint {folder / 'checkpoint_best.pt'} imported; {len(lines)} sentences, "
           f"batch size {args.batch_size}, {args.threads} threads, {'bf16' if args.bf16 else 'fp32'}")
     for beam in [int(b) for b in args.beams.split(",")]:
-        search = build_search(GenerationConfig(beam=beam), d, decoder_start=d.eos())
+        search = build_search(GenerationConfig(beam=beam), d, decoder_start=decoder_start(ens, d))
         hyps: dict[int, str] = {}
         tokens = 0
-        with autocast(args.bf16):
+        with torch.inference_mode():  # as nmt-generate runs it
             start, cpu = time.perf_counter(), time.process_time()
             for batch in batches:
                 src, lengths = pad_batch([ids[i] for i in batch], d.pad())
@@ -208,7 +163,7 @@ def main() -> None:
     from nmt.data.batching import batch_by_size
     from nmt.data.language_pair_dataset import load_language_pair
     from nmt.generation.ensemble import EnsembleModel
-    from nmt.generation.inference import autocast, load_ensemble, open_data_dir
+    from nmt.generation.inference import load_ensemble, open_data_dir, to_bf16
     from nmt.generation.search import build_search
     from nmt.plugin_loader import load_plugins
 
@@ -223,6 +178,8 @@ def main() -> None:
     else:
         ens = EnsembleModel([random_model(data.src_dict, data.tgt_dict)])
         what = f"random 3+3 d256 model, every hypothesis {args.fixed_len} tokens + eos"
+    if args.bf16:
+        to_bf16(ens)
     n = min(args.limit, len(ds))
     plan = batch_by_size(ds.src_sizes[:n], None, max_tokens=None, max_sentences=args.batch_size, seed=None)
     batches = []
@@ -234,7 +191,7 @@ def main() -> None:
     for beam in [int(b) for b in args.beams.split(",")]:
         fixed = {} if args.path else {"min_len": args.fixed_len, "max_len_b": args.fixed_len, "max_len_a": 0.0}
         search = build_search(GenerationConfig(beam=beam, **fixed), data.tgt_dict)
-        with autocast(args.bf16):
+        with torch.inference_mode():
             search.search(ens, *batches[0])  # warm-up
             start, cpu = time.perf_counter(), time.process_time()
             tokens = 0

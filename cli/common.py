@@ -8,6 +8,7 @@ A command module defines its config dataclass and a ``run(cfg)`` function, then:
 
 from __future__ import annotations
 
+import errno
 import sys
 import traceback
 from typing import Any, Callable
@@ -44,6 +45,11 @@ def report_error(prog: str, error: BaseException, debug: bool) -> int:
     if isinstance(error, MemoryError):
         click.echo(f"{prog}: error: out of memory; lower --max-tokens / --batch-size or --workers", err=True)
         return 1
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = f"{error.filename}: " if error.filename else ""
+        click.echo(f"{prog}: error: {where}the disk is full ({error.strerror}); free some space or write "
+                   "to another folder, then run again (finished steps are kept)", err=True)
+        return 1
     if isinstance(error, OSError) and error.filename:
         click.echo(f"{prog}: error: {error.filename}: {error.strerror}", err=True)
         return 1
@@ -75,14 +81,18 @@ def config_command(prog: str, schema: type, run: Callable[[Any], Any], *, help: 
             raise
         except click.exceptions.Exit as e:  # --help and friends
             sys.exit(e.exit_code)
-        except click.ClickException as e:  # click's own usage errors: its message, exit 2
-            e.show()
+        except click.ClickException as e:  # click's own usage errors (unknown flag, bad value): one line too
+            if debug:
+                traceback.print_exception(e)
+            hint = f" (see {prog} --help)" if isinstance(e, click.UsageError) else ""
+            click.echo(f"{prog}: error: {e.format_message()}{hint}", err=True)
             sys.exit(e.exit_code)
         except click.exceptions.Abort:  # click turns Ctrl-C into Abort
             sys.exit(report_error(prog, KeyboardInterrupt(), debug))
         except BaseException as e:  # noqa: BLE001 - every failure ends as one line + exit code
             sys.exit(report_error(prog, e, debug))
 
+    main.nmt_schema = schema  # type: ignore[attr-defined]  # read by the generated config reference
     return main
 
 

@@ -13,8 +13,9 @@ import torch
 
 from nmt.cli.common import config_command
 from nmt.config.generate import GenerateJob
+from nmt.data.corpus_files import read_lines
 from nmt.errors import DataError, UsageError
-from nmt.fileio import atomic_write, open_text
+from nmt.fileio import atomic_write
 
 
 @contextlib.contextmanager
@@ -44,8 +45,7 @@ def _references(path: str | None, subset: str, count: int) -> list[str] | None:
         return None
     if not Path(path).is_file():
         raise UsageError(f"--reference {path}: no such file; give the raw target text of the split")
-    with open_text(path) as f:
-        lines = [line.rstrip("\n") for line in f]
+    lines = list(read_lines(path))
     if len(lines) != count:
         raise DataError(f"--reference {path}: {len(lines)} lines, but split {subset} has "
                         f"{count} sentences; give the reference of that split")
@@ -70,6 +70,7 @@ def run(cfg: GenerateJob) -> None:
     reference_file = _reference_file(cfg, data.tgt)
     references = _references(reference_file, cfg.gen_subset, len(dataset))
     translator = make_translator(cfg.generation, cfg.inference, data, cfg.common.seed)
+    translator.check_source_lengths(dataset.src_sizes, lambda k: f"{cfg.data}: split {cfg.gen_subset}, sentence {k}")
     inf, gen = cfg.inference, cfg.generation
     plan = batch_by_size(dataset.src_sizes, None, max_tokens=inf.max_tokens,
                          max_sentences=inf.batch_size or (None if inf.max_tokens else 128), seed=None,

@@ -6,20 +6,21 @@ comes out detokenized, one line per input line in input order."""
 from __future__ import annotations
 
 import sys
-from typing import IO, Iterator
+from pathlib import Path
+from typing import Iterator
 
 import torch
 
 from nmt.cli.common import config_command
 from nmt.config.generate import InteractiveJob
-from nmt.errors import UsageError
-from nmt.fileio import open_text
+from nmt.data.corpus_files import decoded_lines, read_lines
+from nmt.errors import DataError, UsageError
 
 
-def _buffered(stream: IO[str], size: int) -> Iterator[list[str]]:
+def _buffered(lines: Iterator[str], size: int) -> Iterator[list[str]]:
     chunk: list[str] = []
-    for line in stream:
-        chunk.append(line.rstrip("\n"))
+    for line in lines:
+        chunk.append(line)
         if len(chunk) >= size:
             yield chunk
             chunk = []
@@ -37,17 +38,22 @@ def run(cfg: InteractiveJob) -> None:
         raise UsageError("DATA is required: the data-bin folder whose dictionaries, tokenizer and BPE to use")
     if cfg.buffer_size < 1:
         raise UsageError(f"--buffer-size {cfg.buffer_size}: must be at least 1")
+    if cfg.input != "-" and not Path(cfg.input).is_file():
+        raise DataError(f"--input {cfg.input}: no such file; give a file of raw sentences, one per line, "
+                        "or - to read stdin")
     data = open_data_dir(cfg.data, cfg.source_lang, cfg.target_lang)
     encode = load_text_pipeline(cfg.data, data.src).encode
     detok = load_text_pipeline(cfg.data, data.tgt).decode
     translator = make_translator(cfg.generation, cfg.inference, data, cfg.common.seed)
     gen = cfg.generation
-    stream = sys.stdin if cfg.input == "-" else open_text(cfg.input)
+    shown = "stdin" if cfg.input == "-" else cfg.input
+    typing = cfg.input == "-" and sys.stdin.isatty()  # someone typing wants each line at once
+    source = decoded_lines(sys.stdin.buffer, shown) if cfg.input == "-" else read_lines(cfg.input)
     start_id = 0
     try:
-        size = 1 if stream.isatty() else cfg.buffer_size  # someone typing wants each line at once
-        for lines in _buffered(stream, size):
+        for lines in _buffered(source, 1 if typing else cfg.buffer_size):
             ids = [data.src_dict.encode_line(encode(line)) for line in lines]
+            translator.check_source_lengths([len(i) for i in ids], lambda k: f"{shown}: line {start_id + k + 1}")
             src_tokens, src_lengths = pad_batch(ids, data.src_dict.pad())
             results = translator.translate(src_tokens, src_lengths, need_attn=gen.print_alignment)
             out = []
@@ -63,8 +69,7 @@ def run(cfg: InteractiveJob) -> None:
             sys.stdout.flush()
             start_id += len(lines)
     finally:
-        if stream is not sys.stdin:
-            stream.close()
+        source.close()
     print(translator.speed(), file=sys.stderr)
 
 

@@ -4,6 +4,7 @@ so an interrupted run leaves either the old file or the new one, never half of o
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import io
 import os
@@ -11,10 +12,36 @@ import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
+from nmt.errors import NmtError
+
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
+
+
+class DiskFullError(NmtError):
+    """A write failed for lack of space; the target file was left as it was."""
+
+    def __init__(self, path: Path, error: OSError):
+        super().__init__(f"{path}: not written, the disk is full ({error.strerror}); the previous {path.name} "
+                         "(if any) is unchanged. Free some space or write to another folder, then run again")
+        self.path = path
+
+
+def _disk_full(error: BaseException | None) -> OSError | None:
+    """The ENOSPC/EDQUOT error behind ``error``, if any: torch.save reports a failed write of its
+    file object as a RuntimeError whose context is the OSError."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, OSError) and error.errno in _DISK_FULL:
+            return error
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
+
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
-    """Open a temp file in ``path``'s folder; on success fsync it and rename it to ``path``."""
+    """Open a temp file in ``path``'s folder; on success fsync it and rename it to ``path``.
+
+    A full disk (ENOSPC / EDQUOT) becomes a one-line :class:`DiskFullError`; the temp file is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -28,9 +55,12 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        full = _disk_full(e)
+        if full is not None:
+            raise DiskFullError(path, full) from e
         raise
 
 

@@ -129,7 +129,17 @@ def to_dataclass(cls: type, value: Any) -> Any:
     unknown = sorted(set(value) - names - {"name"})
     if unknown:
         raise ConfigError(f"{cls.__name__}: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
-    return cls(**{k: v for k, v in value.items() if k in names})
+    kept = {k: v for k, v in value.items() if k in names}
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        schema = OmegaConf.structured(cls)
+    except OmegaConfBaseException:  # a field type omegaconf cannot check: take the values as given
+        return cls(**kept)
+    try:  # typed merge: "1e-9" from a key=value override becomes a float, "abc" is refused
+        return OmegaConf.to_object(OmegaConf.merge(schema, kept))
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"{cls.__name__}: {str(e).splitlines()[0]}") from None
 
 
 TOKENIZER = Registry("tokenizer")

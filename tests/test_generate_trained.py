@@ -41,10 +41,12 @@ def trained(tmp_path_factory):
     return data, save
 
 
-def test_generate_scores_the_copy_model_near_100_bleu(trained, capsys):
+@pytest.mark.parametrize("precision", [[], ["--bf16"]], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("beam", ["4", "1"])
+def test_generate_scores_the_copy_model_near_100_bleu(trained, capsys, beam, precision):
     data, save = trained
     assert call_cli(generate_main, [data, "--path", save / "checkpoint_best.pt", "--gen-subset", "valid",
-                                    "--beam", "4", "--threads", "1", "--quiet"]) == 0
+                                    "--beam", beam, "--threads", "1", "--quiet", *precision]) == 0
     out = capsys.readouterr().out
     bleu = float(re.search(r"BLEU = ([\d.]+)", out).group(1))
     assert bleu > 90, out

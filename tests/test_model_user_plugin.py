@@ -1,7 +1,7 @@
 """A user's attention plugin in a --user-dir folder builds and trains a tiny model with no
 change to nmt itself, directly and through `nmt-train --user-dir`."""
 
-import textwrap
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -9,27 +9,9 @@ import torch.nn.functional as F
 from nmt.models import build_model
 from nmt.plugin_loader import import_user_dir, load_plugins
 
-PLUGIN = textwrap.dedent('''
-    """Multiplicative (Luong "general") attention: score(q, k) = q^T W k, one W per head."""
-    import torch
-    from torch import nn
-
-    from nmt.models.attention import AttentionBase, allowed_mask, softmax_attention
-    from nmt.registry import register_attention
-
-
-    @register_attention("multiplicative")
-    class MultiplicativeAttention(AttentionBase):
-        def __init__(self, embed_dim, num_heads, **kwargs):
-            super().__init__(embed_dim, num_heads, **kwargs)
-            self.bilinear = nn.Parameter(torch.eye(self.head_dim).repeat(num_heads, 1, 1))  # (H, D, D)
-
-        def attend(self, q, k, v, key_padding_mask, causal, need_weights):
-            scores = (q @ self.bilinear) @ k.transpose(-2, -1)  # (B, H, T, S)
-            mask = allowed_mask(q.size(2), k.size(2), key_padding_mask, causal, q.device)
-            out, weights = softmax_attention(scores, v, mask, self.dropout, self.training)
-            return out, (weights if need_weights else None)
-''')
+# The worked example of docs/writing-plugins.md (Luong's multiplicative attention), used as is.
+PLUGIN = (Path(__file__).resolve().parent.parent / "docs" / "examples" / "my_plugins"
+          / "multiplicative_attention.py").read_text(encoding="utf-8")
 
 
 class Dict:

@@ -75,3 +75,16 @@ def test_to_dataclass_accepts_instances_dicts_and_ignores_name():
     inst = WidgetConfig(size=1)
     assert to_dataclass(WidgetConfig, inst) is inst
     assert to_dataclass(WidgetConfig, {"name": "boxed", "size": 2}).size == 2
+
+
+def test_plugin_options_from_overrides_are_typed():
+    """A key=value override arrives as a string: "1e-9" must become a float, "abc" a ConfigError."""
+    from nmt.errors import ConfigError
+    from nmt.plugin_loader import load_plugins
+    from nmt.registry import OPTIMIZER, to_dataclass
+
+    load_plugins()
+    cfg_cls = OPTIMIZER.entry("adam").config
+    assert to_dataclass(cfg_cls, {"name": "adam", "adam_eps": "1e-9"}).adam_eps == 1e-9
+    with pytest.raises(ConfigError, match="adam_eps|Float"):
+        to_dataclass(cfg_cls, {"adam_eps": "abc"})

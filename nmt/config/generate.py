@@ -42,7 +42,8 @@ class InferenceConfig:
 
     path: Optional[str] = opt(None, "Checkpoint(s) to translate with; several joined by ':' form an ensemble "
                                     "(their log-probabilities are averaged).", group="inference")
-    bf16: bool = opt(False, "Run the models under bfloat16 autocast (faster on CPUs with bf16 support).",
+    bf16: bool = opt(False, "Run the models in bfloat16 (weights cast once; log-probabilities stay fp32). Faster on "
+                                "CPUs with bf16 support and on GPUs; hypotheses may differ slightly from fp32.",
                      group="inference")
     threads: Optional[int] = opt(None, "torch intra-op threads [default: torch's choice].", group="inference")
     max_tokens: Optional[int] = opt(None, "Maximum source tokens (padding included) in a batch.", group="inference")

@@ -107,8 +107,10 @@ def _merge(schema: type, layers: list[tuple[str, dict[str, Any]]]) -> DictConfig
         except ConfigKeyError as e:
             key = getattr(e, "full_key", None) or str(e)
             paths = list(leaf_paths(schema))
-            hint = did_you_mean(str(key), paths) or did_you_mean(str(key).rsplit(".", 1)[-1],
-                                                                 [p.rsplit(".", 1)[-1] for p in paths])
+            leaf = str(key).rsplit(".", 1)[-1]
+            same_leaf = [p for p in paths if p.rsplit(".", 1)[-1] == leaf]  # right name, wrong section
+            hint = (f' Did you mean "{same_leaf[0]}"?' if len(same_leaf) == 1 else did_you_mean(str(key), paths)
+                    or did_you_mean(leaf, [p.rsplit(".", 1)[-1] for p in paths]))
             raise ConfigError(f'{where}: unknown config key "{key}".{hint}') from None
         except ValidationError as e:
             key = getattr(e, "full_key", "?")

@@ -63,6 +63,8 @@ class ModelConfig:
     # filter the data); the training command copies them here. Set directly with model.max_*=N.
     max_source_positions: int = opt(1024, "Longest source a learned positional table holds.", cli=False)
     max_target_positions: int = opt(1024, "Longest target a learned positional table holds.", cli=False)
+    decoder_start: str = opt("<s>", "Symbol the decoder's input starts with: <s> for nmt models, </s> for models "
+                             "imported from fairseq (nmt-import-fairseq sets it).", cli=False)
 
     def attention_for(self, role: str) -> str:
         """The attention plugin name of ``role`` ("encoder", "decoder" or "cross")."""

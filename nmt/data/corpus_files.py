@@ -11,7 +11,7 @@ import gzip
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Iterator
 
 from nmt.errors import DataError, UsageError
 
@@ -108,15 +108,50 @@ def iter_text_blocks(path: Path, start: int, end: int, shown: str) -> Iterator[l
             try:
                 text = data.decode("utf-8")
             except UnicodeDecodeError as e:
-                line = done + data.count(b"\n", 0, e.start) + 1
-                raise RangeError(line, f"{shown}: line {{line}}: not valid UTF-8 (byte 0x{data[e.start]:02x}); "
-                                       "convert the file to UTF-8 (e.g. iconv -t UTF-8)") from None
+                raise RangeError(done + data.count(b"\n", 0, e.start) + 1, _not_utf8(shown, data[e.start])) from None
+            nul = data.find(b"\x00")
+            if nul >= 0:
+                raise RangeError(done + data.count(b"\n", 0, nul) + 1, _has_nul(shown))
             lines = text.split("\n")
             if text.endswith("\n"):
                 lines.pop()
             lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
             done += len(lines)
             yield lines
+
+
+def _not_utf8(shown: str, byte: int) -> str:
+    """The message (a template holding ``{line}``) for a byte that is not UTF-8."""
+    return (f"{shown}: line {{line}}: not valid UTF-8 (byte 0x{byte:02x}); "
+            "convert the file to UTF-8 (e.g. iconv -t UTF-8)")
+
+
+def _has_nul(shown: str) -> str:
+    """NUL is no text character (a binary file?), and the binarizer uses it as its line sentinel."""
+    return (f"{shown}: line {{line}}: holds a NUL byte, so it is not a text file; "
+            "remove the NUL bytes (e.g. tr -d '\\000')")
+
+
+def decoded_lines(stream: IO[bytes], shown: str) -> Iterator[str]:
+    """The lines of a byte stream (stdin, a file) without their newline, checked like a corpus: a byte
+    that is not UTF-8 or a NUL raises ``DataError`` naming ``shown`` and the line."""
+    for number, raw in enumerate(stream, 1):
+        if number == 1 and raw.startswith(BOM):
+            raw = raw[len(BOM):]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DataError(_not_utf8(shown, raw[e.start]).format(line=number)) from None
+        if "\x00" in text:
+            raise DataError(_has_nul(shown).format(line=number))
+        yield text.rstrip("\n")
+
+
+def read_lines(path: str | Path) -> Iterator[str]:
+    """:func:`decoded_lines` of a plain or gzipped file."""
+    path = Path(path)
+    with (gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")) as f:
+        yield from decoded_lines(f, str(path))
 
 
 class RangeError(DataError):

@@ -127,6 +127,9 @@ class IndexedDataset:
         if len(head) < HEADER.size or head[:8] != MAGIC:
             raise DataError(f"{idx}: not an nmt index file (bad magic); re-run nmt-preprocess")
         _, version, code, count, ntokens = HEADER.unpack(head)
+        if version > FORMAT_VERSION:
+            raise DataError(f"{idx}: format version {version}, newer than this nmt reads ({FORMAT_VERSION}); "
+                            "upgrade nmt (pip install -U nmt) or re-run nmt-preprocess with this version")
         if version != FORMAT_VERSION:
             raise DataError(f"{idx}: format version {version}, this nmt reads version {FORMAT_VERSION}; "
                             "re-run nmt-preprocess with this version")

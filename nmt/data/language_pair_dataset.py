@@ -13,7 +13,7 @@ import numpy as np
 
 from nmt.data.dictionary import Dictionary
 from nmt.data.indexed_dataset import IndexedDataset, dataset_exists
-from nmt.errors import DataError
+from nmt.errors import DataError, UsageError
 
 
 class LanguagePairDataset:
@@ -97,8 +97,8 @@ def load_language_pair(data_dir: str | Path, split: str, src: str, tgt: str,
     prefixes = {lang: data_dir / f"{split}.{src}-{tgt}.{lang}" for lang in (src, tgt)}
     for lang, prefix in prefixes.items():
         if not dataset_exists(prefix):
-            raise DataError(f"{data_dir}: no split {split!r} for {src}-{tgt} ({prefix}.bin/.idx missing); "
-                            "check --source-lang/--target-lang and the split name, or re-run nmt-preprocess")
+            raise UsageError(f"{data_dir}: no split {split!r} for {src}-{tgt} ({prefix}.bin/.idx missing); "
+                             "check --source-lang/--target-lang and the split name, or re-run nmt-preprocess")
     src_dict = Dictionary.load(data_dir / f"dict.{src}.txt")
     tgt_dict = Dictionary.load(data_dir / f"dict.{tgt}.txt")
     if tgt_dict == src_dict:

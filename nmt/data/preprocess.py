@@ -144,24 +144,35 @@ def _run_in(out: Path, work: Path, cfg: PreprocessConfig, user_dir: str | None, 
         dicts[lang].save(out / f"dict.{lang}.txt")
     split_meta = _binarize_splits(run, dicts)
     src, tgt = run.langs
-    meta = {
+    pipeline = {"tokenizer": dict(cfg.tokenizer), "bpe": {**dict(cfg.bpe), "codes": codes},
+                "user_dir": str(Path(user_dir).resolve()) if user_dir else None}
+    meta = data_bin_metadata(
+        src, tgt, dicts, joined=cfg.joined_dictionary, pipeline=pipeline, splits=split_meta,
+        fingerprint=fingerprint,
+        raw_text="raw/<split>.<lang>: the untokenized input of every split but train (BLEU references)",
+        empty_lines="kept: an empty line becomes a sentence holding only </s>; counted per split")
+    atomic_write_text(out / "metadata.json", json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    return meta
+
+
+def data_bin_metadata(src: str, tgt: str, dicts: dict[str, Any], *, joined: bool, pipeline: dict[str, Any],
+                      splits: dict[str, Any], fingerprint: str, **notes: Any) -> dict[str, Any]:
+    """The metadata.json of a data-bin (docs/data-format.md); ``notes`` adds keys such as
+    ``raw_text`` or ``imported_from``."""
+    return {
         "format_version": FORMAT_VERSION,
         "metadata_version": METADATA_VERSION,
         "source_lang": src,
         "target_lang": tgt,
         "langs": [src, tgt],
-        "joined_dictionary": cfg.joined_dictionary,
+        "joined_dictionary": joined,
         "dictionaries": {lang: {"file": f"dict.{lang}.txt", "size": len(dicts[lang]),
-                                "fingerprint": dicts[lang].fingerprint()} for lang in run.langs},
-        "pipeline": {"tokenizer": dict(cfg.tokenizer), "bpe": {**dict(cfg.bpe), "codes": codes},
-                     "user_dir": str(Path(user_dir).resolve()) if user_dir else None},
-        "raw_text": "raw/<split>.<lang>: the untokenized input of every split but train (BLEU references)",
-        "empty_lines": "kept: an empty line becomes a sentence holding only </s>; counted per split",
-        "splits": split_meta,
+                                "fingerprint": dicts[lang].fingerprint()} for lang in (src, tgt)},
+        "pipeline": pipeline,
+        **notes,
+        "splits": splits,
         "job_fingerprint": fingerprint,
     }
-    atomic_write_text(out / "metadata.json", json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
-    return meta
 
 
 def _check_inputs(run: _Run) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from nmt.errors import UsageError
+from nmt.fileio import atomic_write
 from nmt.generation.search import Hypothesis
 
 
@@ -56,7 +57,8 @@ def plot_cross_attention(model: Any, src_tokens: torch.Tensor, hyp: Hypothesis, 
         ax.set_title(f"sentence {sid}, layer {number}, head {head}", fontsize=8)
         fig.tight_layout()
         path = out_dir / f"sent{sid}_layer{number}_head{head}.png"
-        fig.savefig(path, dpi=100)
+        with atomic_write(path, "wb") as f:  # an interrupted run never leaves half an image
+            fig.savefig(f, format="png", dpi=100)
         plt.close(fig)
         saved.append(path)
     return saved

@@ -90,13 +90,19 @@ class AttentionBase(nn.Module):
         self.reset_projections()
 
     def reset_projections(self) -> None:
-        """Xavier-uniform per d_model x d_model block (so fusing Q, K, V does not change the init)."""
-        for proj in (getattr(self, n, None) for n in ("qkv_proj", "q_proj", "kv_proj", "out_proj")):
+        """Xavier-uniform per d_model x d_model block, so fusing Q, K, V does not change the init.
+        The Q, K and V blocks get gain 1/sqrt(2) and keep PyTorch's default bias init, W^O gain 1
+        and a zero bias: fairseq's scheme, which measurably converges faster here than gain 1
+        everywhere (valid loss after 128 updates on Multi30k, docs/model.md)."""
+        for name in ("qkv_proj", "q_proj", "kv_proj", "out_proj"):
+            proj = getattr(self, name, None)
             if proj is None:
                 continue
+            gain = 1.0 if name == "out_proj" else 2 ** -0.5
             for block in proj.weight.data.split(self.embed_dim, dim=0):
-                nn.init.xavier_uniform_(block)
-            nn.init.zeros_(proj.bias)
+                nn.init.xavier_uniform_(block, gain=gain)
+            if name == "out_proj":
+                nn.init.zeros_(proj.bias)
 
     def _heads(self, x: Tensor, parts: int) -> tuple[Tensor, ...]:
         B, T, _ = x.shape
@@ -118,7 +124,7 @@ class AttentionBase(nn.Module):
             cached = {"k": grown[0], "v": grown[1]}
         cached["k"][:, :, length:end] = k
         cached["v"][:, :, length:end] = v
-        entry = {"k": cached["k"], "v": cached["v"], "length": end}
+        entry = {**cached, "length": end}  # keeps a reorder's spare buffers (nmt.models.incremental_state)
         return entry, entry["k"][:, :, :end], entry["v"][:, :, :end]
 
     def forward(self, query: Tensor, key_value: Optional[Tensor] = None, key_padding_mask: Optional[Tensor] = None,

@@ -23,9 +23,7 @@ class FeedForward(nn.Module):
         self.fc2 = nn.Linear(hidden, dim)
         self.activation = ACTIVATIONS[activation]
         self.activation_dropout = activation_dropout
-        for fc in (self.fc1, self.fc2):
-            nn.init.xavier_uniform_(fc.weight)
-            nn.init.zeros_(fc.bias)
+        # fc1/fc2 keep PyTorch's default Linear init (uniform in +-1/sqrt(fan_in)), as fairseq's do.
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.activation(self.fc1(x))  # (..., d_ff)

@@ -122,6 +122,23 @@ def init(cfg: DistributedTrainingConfig) -> DistributedContext:
     return DistributedContext(rank, world, local_rank, local_world, device)
 
 
+_COLLECTIVE_FAILURES = ("gloo", "nccl", "timed out", "connection closed", "connection reset", "broken pipe")
+
+
+def collective_failure(error: BaseException, ctx: DistributedContext, timeout: int, hint: str) -> NmtError | None:
+    """The one-line error for a collective that failed because another rank died or stalled
+    (None when ``error`` is something else, which must keep its traceback)."""
+    text = str(error)
+    is_dist_error = isinstance(error, getattr(dist, "DistError", ()))
+    if not ctx.is_distributed or not (is_dist_error or any(k in text.lower() for k in _COLLECTIVE_FAILURES)):
+        return None
+    first = (text.strip().splitlines() or [type(error).__name__])[0]
+    first = first.split("] ", 1)[-1].split(". ")[0][:160]  # drop gloo's "[.../pair.cc:537] " and its advice
+    return NmtError(f"rank {ctx.rank}: a collective with the other workers failed ({first}); another worker died "
+                    f"or stalled longer than --ddp-timeout {timeout} s. Check the other workers' logs, then run "
+                    f"again to resume ({hint})")
+
+
 def shutdown() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()

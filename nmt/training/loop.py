@@ -18,6 +18,8 @@ import torch
 
 from nmt.config.loader import save_config
 from nmt.config.train import TrainJob
+from nmt.errors import NmtError
+from nmt.fileio import DiskFullError
 from nmt.plugin_loader import load_plugins
 from nmt.training import distributed
 from nmt.training.checkpoint_manager import LAST, CheckpointManager
@@ -26,6 +28,7 @@ from nmt.training.distributed import DistributedContext
 from nmt.training.job_setup import (TrainData, build_model_and_criterion, load_data, sync_model_positions,
                                     train_iterator, valid_iterator)
 from nmt.training.metrics import UpdateMeter, ValidMeter
+from nmt.training.precision import TrainingDiverged
 from nmt.training.train_log import TrainLog, setup_console_logging
 from nmt.training.trainer import Trainer
 
@@ -67,6 +70,7 @@ class TrainingRun:
         self.dictionaries = {"source": self.data.src_dict, "target": self.data.tgt_dict}
         self.train_time = 0.0  # seconds of training before this process (restored on resume)
         self.bad_validations = 0  # validations in a row without a better best metric
+        self.last_good: Path | None = None  # the newest checkpoint this run wrote or resumed from
         self.started = time.perf_counter()
         if ctx.is_master:
             Path(cfg.checkpoint.save_dir).mkdir(parents=True, exist_ok=True)
@@ -96,8 +100,17 @@ class TrainingRun:
         if not ck.reset_meters:
             self.train_time = float(extra.get("train_time", 0.0))
         self.bad_validations = int(extra.get("bad_validations", 0))
-        self.log.info(f"resumed from {self.manager.resume_path()} at epoch {training['epoch']}, "
+        self.last_good = self.manager.resume_path()
+        self.log.info(f"resumed from {self.last_good} at epoch {training['epoch']}, "
                       f"update {t.num_updates}")
+
+    def last_good_hint(self) -> str:
+        """Where to resume from after a failure, for its one-line message."""
+        if self.last_good is not None:
+            return f"the last good checkpoint is {self.last_good}"
+        if not self.ctx.is_master:
+            return "rank 0 names the last good checkpoint"
+        return "no checkpoint was saved before it"
 
     def elapsed(self) -> float:
         return self.train_time + time.perf_counter() - self.started
@@ -116,11 +129,16 @@ class TrainingRun:
                                 iterator_state=self.train_itr.state_dict(), end_of_epoch=end_of_epoch,
                                 dictionaries=self.dictionaries,
                                 extra={"train_time": self.elapsed(), "bad_validations": self.bad_validations})
-            if due:
-                written = self.manager.save(state, val_metrics)
-            else:  # stopping between scheduled saves: still leave a checkpoint to resume from
-                state["training"]["best"] = {"metric": self.manager.metric, "value": self.manager.best}
-                written = save_checkpoint([Path(ck.save_dir) / LAST], state)
+            try:
+                if due:
+                    written = self.manager.save(state, val_metrics)
+                else:  # stopping between scheduled saves: still leave a checkpoint to resume from
+                    state["training"]["best"] = {"metric": self.manager.metric, "value": self.manager.best}
+                    written = save_checkpoint([Path(ck.save_dir) / LAST], state)
+            except DiskFullError as e:
+                raise NmtError(f"update {n}: {e}; training stopped, {self.last_good_hint()}") from e
+            if written:
+                self.last_good = written[0]
             self.log.info(f"saved {', '.join(p.name for p in written)} (epoch {epoch}, {n} updates)")
         if improved:
             self.manager.best = value
@@ -196,7 +214,13 @@ class TrainingRun:
         reason = None
         tick = time.perf_counter()
         for samples in self.log.bar(chunks(batches, opt.update_freq), epoch, total, done):
-            stats = t.train_step(samples)
+            try:
+                stats = t.train_step(samples)
+            except TrainingDiverged as e:
+                raise TrainingDiverged(f"{e}; {self.last_good_hint()}") from e
+            if not stats["applied"]:
+                self.log.info(f"update {t.num_updates + 1}: fp16 gradient overflow, update skipped; "
+                              f"loss scale now {t.precision.loss_scale:g}")
             now = time.perf_counter()
             epoch_meter.add(stats, now - tick)
             interval.add(stats, now - tick)
@@ -237,8 +261,16 @@ def train_worker(cfg: TrainJob) -> dict[str, Any]:
     """Train in this process (one rank); joins/leaves the process group around it."""
     load_plugins(cfg.common.user_dir)  # a spawned worker starts with empty registries
     ctx = distributed.init(cfg.distributed_training)
+    run = None
     try:
-        return TrainingRun(cfg, ctx).run()
+        run = TrainingRun(cfg, ctx)
+        return run.run()
+    except RuntimeError as e:  # another rank died or stalled: say so in one line instead of gloo's trace
+        hint = run.last_good_hint() if run is not None else "no checkpoint was saved by this run"
+        failure = distributed.collective_failure(e, ctx, cfg.distributed_training.ddp_timeout, hint)
+        if failure is None:
+            raise
+        raise failure from e
     finally:
         distributed.shutdown()
 

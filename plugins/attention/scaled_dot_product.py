@@ -24,9 +24,11 @@ class ScaledDotProductAttention(AttentionBase):
         T, S = q.size(2), k.size(2)
         dropout = self.dropout if self.training else 0.0
         # On the CPU the fused kernel's backward is slower than the explicit product (5x in bf16,
-        # 1.25x in fp32 at the benchmarks/train_throughput.py shapes), so training there takes the
-        # explicit path; inference and CUDA keep the fused kernel.
-        if need_weights or (not q.is_cuda and torch.is_grad_enabled() and q.requires_grad):
+        # 1.25x in fp32 at the benchmarks/train_throughput.py shapes), and so is its forward for the
+        # one query of a decoding step (3x in bf16 at beam 5 x batch 128), so those take the
+        # explicit path; encoding and CUDA keep the fused kernel.
+        explicit_on_cpu = T == 1 or (torch.is_grad_enabled() and q.requires_grad)
+        if need_weights or (not q.is_cuda and explicit_on_cpu):
             mask = allowed_mask(T, S, key_padding_mask, causal, q.device)
             out, weights = softmax_attention((q @ k.transpose(-2, -1)) * self.scale, v, mask, dropout, self.training)
             return out, (weights if need_weights else None)  # (B, H, T, D), (B, H, T, S) or None

@@ -60,7 +60,7 @@ class BeamSearch(Search):
                 if attn is not None and step_attn is not None:
                     attn[:, step] = step_attn
                 vocab = lprobs.size(1)
-                cand = (lprobs + cum[:, step - 1].unsqueeze(1)).view(n, k * vocab)  # (n, k*V)
+                cand = lprobs.add_(cum[:, step - 1].unsqueeze(1)).view(n, k * vocab)  # (n, k*V), in place
             width = min(2 * k, cand.size(1))
             cand_scores, cand_idx = cand.topk(width, dim=1)  # (n, 2k)
             cand_beams = torch.div(cand_idx, vocab, rounding_mode="floor")  # (n, 2k)

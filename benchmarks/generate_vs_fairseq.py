@@ -1,0 +1,118 @@
+"""Translation speed of nmt-generate against fairseq-generate, side by side, on one fairseq model.
+
+The peer fairseq 0.12 model (``../shared/peer/fairseq-m30k``: 3+3 layers, d 256, Multi30k en-de)
+is imported with ``nmt-import-fairseq``; then both command lines translate test_2016_flickr
+(1,000 sentences, ``--batch-size 128``), taking turns, ``--repeats`` times each, for every beam
+size asked for. Each tool's own search-time figure is compared (model loading and start-up
+excluded: fairseq's "Translated ... (N sentences/s)" line, ours "translated ... (N sentences/s)"),
+and so is the whole process's wall time. Ours runs in fp32 and with ``--bf16``; fairseq cannot run
+bf16 on a CPU. The best hypotheses are compared with fairseq's (BPE removed).
+
+fairseq comes from the venv that ``../shared/tools/peer_fairseq.sh install`` builds
+(``--fairseq-bin``; default ``~/.cache/nmt-peer/fairseq-venv/bin``).
+
+    python benchmarks/generate_vs_fairseq.py [--beams 5,1] [--repeats 2] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SHARED = HERE.parent.parent / "shared"
+SPEED = re.compile(r"ranslated ([\d,]+) sentences .* in ([\d.]+)s \(([\d.]+) sentences/s")
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[str, float]:
+    """stdout + stderr of ``cmd`` and its wall time; stops the benchmark when it fails."""
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - start
+    if proc.returncode:
+        sys.exit(f"generate_vs_fairseq: {' '.join(cmd[:2])} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return proc.stdout + proc.stderr, wall
+
+
+def hypotheses(text: str, remove_bpe: bool) -> dict[int, str]:
+    """Sentence id -> best hypothesis (the H- lines), BPE removed when asked."""
+    out = {}
+    for m in re.finditer(r"^H-(\d+)\t[^\t]*\t(.*)$", text, re.M):
+        hyp = m.group(2)
+        out[int(m.group(1))] = re.sub(r"@@( |$)", "", hyp) if remove_bpe else hyp
+    return out
+
+
+def speed(text: str) -> float:
+    m = SPEED.search(text)
+    if not m:
+        sys.exit("generate_vs_fairseq: no speed line in the output:\n" + text[-1000:])
+    return float(m.group(3))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--peer", default=str(SHARED / "peer" / "fairseq-m30k"), help="the fairseq model folder")
+    ap.add_argument("--fairseq-bin", default=str(Path.home() / ".cache/nmt-peer/fairseq-venv/bin"))
+    ap.add_argument("--beams", default="5,1")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads for both (default: torch's)")
+    args = ap.parse_args()
+    peer, fs_bin = Path(args.peer), Path(args.fairseq_bin)
+    if not (fs_bin / "fairseq-generate").exists():
+        sys.exit(f"generate_vs_fairseq: {fs_bin}/fairseq-generate not found; run "
+                 f"{SHARED}/tools/peer_fairseq.sh install, or pass --fairseq-bin")
+
+    env = dict(os.environ, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")  # fairseq 0.12 pickles argparse.Namespace
+    if args.threads:
+        env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    work = Path(tempfile.mkdtemp(prefix="nmt_vs_fairseq_"))
+    data, model = work / "data-bin", work / "model.pt"
+    run(["nmt-import-fairseq", "data", "--path", str(peer / "data-bin"), "--output", str(data),
+         "--tokenizer", "moses", "--bpe", "subword_nmt", "--bpe-codes", str(peer / "bpe.codes")])
+    run(["nmt-import-fairseq", "checkpoint", "--path", str(peer / "checkpoint_best.pt"), "--data", str(data),
+         "--output", str(model)])
+    threads = ["--threads", str(args.threads)] if args.threads else []
+    print(f"model: {peer / 'checkpoint_best.pt'} (imported for nmt); test_2016_flickr, batch size "
+          f"{args.batch_size}, threads {args.threads or 'default'}; search time excludes start-up")
+    print("| beam | tool | sentences/s (runs) | whole process s | vs fairseq | hypotheses = fairseq's |")
+    print("|---|---|---|---|---|---|")
+    for beam in [int(b) for b in args.beams.split(",")]:
+        tools = {
+            "fairseq-generate": [str(fs_bin / "fairseq-generate"), str(peer / "data-bin"), "--path",
+                                 str(peer / "checkpoint_best.pt"), "--gen-subset", "test", "--beam", str(beam),
+                                 "--batch-size", str(args.batch_size), "--cpu"],
+            "nmt-generate": ["nmt-generate", str(data), "--path", str(model), "--gen-subset", "test",
+                             "--beam", str(beam), "--batch-size", str(args.batch_size), *threads],
+            "nmt-generate --bf16": ["nmt-generate", str(data), "--path", str(model), "--gen-subset", "test",
+                                    "--beam", str(beam), "--batch-size", str(args.batch_size), "--bf16", *threads],
+        }
+        figures: dict[str, list[float]] = {name: [] for name in tools}
+        walls: dict[str, list[float]] = {name: [] for name in tools}
+        texts: dict[str, str] = {}
+        for _ in range(args.repeats):  # taking turns, so a noisy minute hits every tool alike
+            for name, cmd in tools.items():
+                text, wall = run(cmd, env)
+                figures[name].append(speed(text))
+                walls[name].append(wall)
+                texts[name] = text
+        ref = hypotheses(texts["fairseq-generate"], remove_bpe=True)
+        base = max(figures["fairseq-generate"])
+        for name in tools:
+            best = max(figures[name])
+            hyps = hypotheses(texts[name], remove_bpe=name.startswith("nmt"))
+            same = sum(hyps.get(i) == h for i, h in ref.items())
+            runs = " / ".join(f"{x:.1f}" for x in figures[name])
+            print(f"| {beam} | {name} | **{best:.1f}** ({runs}) | {min(walls[name]):.1f} | {best / base:.2f}x "
+                  f"| {same}/{len(ref)} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

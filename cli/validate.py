@@ -1,0 +1,89 @@
+"""The validation loss of a checkpoint (nmt-validate DATA --path CKPT), computed as nmt-train's
+validation computes it: the checkpoint's own criterion (label smoothing included), no dropout,
+loss and nll_loss in bits per target token. Compares checkpoints trained apart from one run's
+validation, e.g. an averaged checkpoint against checkpoint_best.pt.
+
+\b
+  nmt-validate data-bin/multi30k_en_de --path checkpoints/m30k/checkpoint_best.pt
+  valid on 'valid' subset | loss 3.912 | nll_loss 2.345 | ppl 5.08 | ... | checkpoint_best.pt
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import torch
+
+from nmt.cli.common import config_command
+from nmt.config.validate import ValidateJob
+
+
+def checkpoint_criterion(path: str, padding_idx: int) -> Any:
+    """The criterion the checkpoint was trained with (from its stored config)."""
+    from nmt.training.checkpoints import load_checkpoint
+    from nmt.training.criterion import build_criterion
+
+    config = load_checkpoint(path).get("config") or {}
+    group = config.get("criterion") or {"name": "label_smoothed_cross_entropy"}
+    return build_criterion(dict(group), padding_idx)
+
+
+@torch.no_grad()
+def split_figures(model: torch.nn.Module, criterion: Any, dataset: Any, cfg: ValidateJob, subset: str) -> dict[str, Any]:
+    """loss, nll_loss (bits per token), ppl and speed of ``model`` over ``dataset``."""
+    from nmt.data.batching import batch_by_size
+    from nmt.generation.inference import autocast
+    from nmt.training.metrics import ValidMeter
+
+    plan = batch_by_size(dataset.src_sizes, dataset.tgt_sizes, max_tokens=cfg.max_tokens,
+                         max_sentences=cfg.batch_size, seed=None, split=subset)
+    model.eval()
+    criterion.eval()
+    meter = ValidMeter()
+    for indices in plan.batches:
+        sample = dataset.collater([dataset[int(i)] for i in indices])
+        with autocast(cfg.bf16):
+            _, _, log = criterion(model, sample)
+        meter.add(log)
+    return meter.summary(num_updates=0)
+
+
+def figures_line(subset: str, stats: dict[str, Any], path: str) -> str:
+    """fairseq-validate's summary line, with the checkpoint's name at the end."""
+    from nmt.training.metrics import format_value
+
+    keys = ("loss", "nll_loss", "ppl", "wps", "wpb", "bsz")
+    return " | ".join([f"valid on '{subset}' subset"] + [f"{k} {format_value(k, stats[k])}" for k in keys] +
+                      [Path(path).name])
+
+
+def run(cfg: ValidateJob) -> None:
+    from nmt.data.language_pair_dataset import load_language_pair
+    from nmt.errors import UsageError
+    from nmt.generation.inference import checkpoint_paths, load_model, open_data_dir
+
+    if not cfg.data:
+        raise UsageError("DATA is required: the data-bin folder written by nmt-preprocess, "
+                         "e.g. nmt-validate data-bin/multi30k_en_de --path CKPT")
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.common.seed)
+    data = open_data_dir(cfg.data, cfg.source_lang, cfg.target_lang)
+    subsets = [s for s in cfg.valid_subset.split(",") if s]
+    datasets = {s: load_language_pair(cfg.data, s, data.src, data.tgt) for s in subsets}
+    for path in checkpoint_paths(cfg.path):
+        start = time.perf_counter()
+        model = load_model(path, data.src_dict, data.tgt_dict)
+        criterion = checkpoint_criterion(path, data.tgt_dict.pad())
+        for subset, dataset in datasets.items():
+            click.echo(figures_line(subset, split_figures(model, criterion, dataset, cfg, subset), path))
+        click.echo(f"scored {Path(path).name} in {time.perf_counter() - start:.1f}s", err=True)
+
+
+main = config_command("nmt-validate", ValidateJob, run, help=__doc__, arguments={"data": "data"})
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""The configuration of `nmt-validate`: the validation loss of a checkpoint on a binarized split."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from nmt.config.common import CommonConfig
+from nmt.config.fields import opt
+
+
+@dataclass
+class ValidateJob:
+    """`nmt-validate DATA --path CKPT`: the checkpoint's own criterion on a split, as training reports it."""
+
+    common: CommonConfig = field(default_factory=CommonConfig)
+    data: Optional[str] = opt(None, "The data-bin folder written by nmt-preprocess (the positional DATA argument).",
+                              cli=False)
+    path: Optional[str] = opt(None, "Checkpoint(s) to score, joined by ':' (each is scored on its own).")
+    valid_subset: str = opt("valid", "The split(s) to score, comma separated.")
+    source_lang: Optional[str] = opt(None, "Source language [default: read from the data-bin].")
+    target_lang: Optional[str] = opt(None, "Target language [default: read from the data-bin].")
+    max_tokens: Optional[int] = opt(4096, "Maximum tokens (source or target, padding included) in a batch.")
+    batch_size: Optional[int] = opt(None, "Maximum sentences in a batch.")
+    bf16: bool = opt(False, "Run the model under bfloat16 autocast, as --bf16 training validates.")
+    threads: Optional[int] = opt(None, "torch intra-op threads [default: torch's choice].")

@@ -1,0 +1,81 @@
+"""scripts/quickstart.sh, the README's main job, run end to end on a tiny slice of Multi30k and a
+tiny model: every step announces itself, a BLEU line is printed, and a rerun reuses every step."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.shared_paths import MULTI30K
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "quickstart.sh"
+SPLITS = {"train": 200, "val": 40, "test_2016_flickr": 40}
+# A tiny model, few updates, checkpoints often enough that there is something to average.
+TINY = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+        "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--max-tokens", "512",
+        "--max-update", "24", "--save-interval-updates", "4", "--warmup-updates", "10", "--num-threads", "1",
+        "--no-progress-bar"]
+
+
+def slice_of_multi30k(folder: Path) -> Path:
+    """The first lines of each Multi30k file, as plain text under the corpus's own names."""
+    folder.mkdir(parents=True)
+    for name, count in SPLITS.items():
+        for lang in ("en", "de", "fr"):
+            with gzip.open(MULTI30K / f"{name}.{lang}.gz", "rt", encoding="utf-8") as f:
+                lines = [next(f) for _ in range(count)]
+            (folder / f"{name}.{lang}").write_text("".join(lines), encoding="utf-8")
+    return folder
+
+
+def quickstart(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    env.pop("NMT_MULTI30K_DIR", None)
+    return subprocess.run(["bash", str(SCRIPT), *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=240)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs the shared Multi30k copy")
+def test_quickstart_end_to_end_then_rerun_reuses_everything(tmp_path):
+    source = slice_of_multi30k(tmp_path / "m30k")
+    work = tmp_path / "work"
+    work.mkdir()
+    args = ["--from", str(source), "--minutes", "0.5", "--", *TINY]
+    first = quickstart(work, *args)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    for n in range(1, 7):
+        assert f"== {n}/6 " in first.stdout
+    save = work / "checkpoints" / "multi30k_en_de"
+    assert (save / "checkpoint_best.pt").is_file() and (save / "train_log.jsonl").is_file()
+    chosen = Path((save / "quickstart_model.txt").read_text().strip())
+    assert chosen.name in ("checkpoint_best.pt", "checkpoint_avg.pt")
+    assert (save / "checkpoint_avg.pt").is_file()  # 6 update checkpoints were written, the last 5 averaged
+    assert "valid on 'valid' subset" in first.stdout  # both candidates scored by nmt-validate
+    results = save / "test" / "generate-test.txt"
+    assert "Generate test with beam=5: BLEU = " in results.read_text()
+    assert "BLEU = " in first.stdout.splitlines()[-1]
+
+    log_before = (save / "train_log.jsonl").read_text()
+    again = quickstart(work, *args)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "already holds Multi30k" in again.stdout
+    assert "training already finished" in again.stdout
+    for reused in ("reusing the choice", "reusing checkpoints/multi30k_en_de/test/generate-test.txt",
+                   "reusing checkpoints/multi30k_en_de/plots/training.png"):
+        assert reused in again.stdout
+    assert (save / "train_log.jsonl").read_text() == log_before  # no training on the rerun
+
+
+def test_bad_arguments_fail_at_once_with_the_fix(tmp_path):
+    missing = quickstart(tmp_path, "--from", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and "--from" in missing.stderr and "no such folder" in missing.stderr
+    minutes = quickstart(tmp_path, "--minutes", "soon")
+    assert minutes.returncode == 2 and "--minutes soon" in minutes.stderr
+    unknown = quickstart(tmp_path, "--fast")
+    assert unknown.returncode == 2 and "unknown argument --fast" in unknown.stderr
+    assert not (tmp_path / "raw").exists()  # nothing started
