@@ -124,7 +124,7 @@ class AttentionBase(nn.Module):
             cached = {"k": grown[0], "v": grown[1]}
         cached["k"][:, :, length:end] = k
         cached["v"][:, :, length:end] = v
-        entry = {**cached, "length": end}  # keeps a reorder's spare buffers (nmt.models.incremental_state)
+        entry = {"k": cached["k"], "v": cached["v"], "length": end}
         return entry, entry["k"][:, :, :end], entry["v"][:, :, :end]
 
     def forward(self, query: Tensor, key_value: Optional[Tensor] = None, key_padding_mask: Optional[Tensor] = None,
@@ -152,7 +152,8 @@ class AttentionBase(nn.Module):
                 if key_value is None:
                     raise ValueError("cross-attention needs key_value (the encoder output)")
                 k, v = self._heads(self.kv_proj(key_value), 2)  # each (B, H, S, D)
-                if incremental_state is not None:
+                if incremental_state is not None:  # read at every step: contiguous reads are cheaper
+                    k, v = k.contiguous(), v.contiguous()
                     incremental_state[self.state_key] = {"k": k, "v": v}
         out, weights = self.attend(q, k, v, key_padding_mask, self.causal, need_weights)  # (B, H, T, D)
         out = out.transpose(1, 2).reshape(B, T, C)  # (B, T, C)

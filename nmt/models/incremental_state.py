@@ -5,9 +5,9 @@ with :func:`reorder_incremental_state` when hypotheses are re-ranked.
 
 An entry with a ``"length"`` keeps its keys/values in a buffer with room to grow
 (``AttentionBase.cache_append``). Reordering one copies only the ``length`` filled positions, into
-the buffer the previous reorder left behind (``"spare"``) when the row count is unchanged: beam
-search reorders every step, and copying whole buffers into fresh memory used to cost it more than
-the attention itself."""
+a new buffer with room for exactly one more step: beam search reorders after every step, so the
+next step's keys fill the buffer and attention reads one contiguous tensor (a strided slice of a
+larger buffer costs the matrix product a copy of its own)."""
 
 from __future__ import annotations
 
@@ -33,14 +33,11 @@ def _reorder_entry(entry: dict[str, Any], order: Tensor) -> dict[str, Any]:
     length = entry.get("length")
     if length is None:
         return {name: t.index_select(0, order) if isinstance(t, Tensor) else t for name, t in entry.items()}
-    rows = order.numel()
-    spare = entry.get("spare")
     out: dict[str, Any] = {"length": length}
     for name in ("k", "v"):
         buf = entry[name]  # (B, H, capacity, D)
-        target = spare[name] if spare is not None and spare[name].shape[0] == rows \
-            and spare[name].shape[1:] == buf.shape[1:] else buf.new_empty((rows, *buf.shape[1:]))
+        B, H, _, D = buf.shape
+        target = buf.new_empty((order.numel(), H, length + 1, D))  # (B', H, length + 1, D)
         torch.index_select(buf[:, :, :length], 0, order, out=target[:, :, :length])
         out[name] = target
-    out["spare"] = {"k": entry["k"], "v": entry["v"]}
     return out
