@@ -10,3 +10,22 @@ def restore_torch_threads():
     before = torch.get_num_threads()
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def isolate_plugin_registries():
+    """Plugins a test imports in this process (--user-dir folders) are forgotten after it, so two
+    tests may each bring their own plugin of the same name. The built-ins are loaded first, so
+    they are part of what is restored."""
+    from nmt import plugin_loader, registry
+
+    plugin_loader.load_plugins()
+    tables = [r for r in vars(registry).values() if isinstance(r, registry.Registry)]
+    saved = [dict(r._entries) for r in tables]
+    user_dirs = dict(plugin_loader._loaded_user_dirs)
+    yield
+    for table, entries in zip(tables, saved):
+        table._entries.clear()
+        table._entries.update(entries)
+    plugin_loader._loaded_user_dirs.clear()
+    plugin_loader._loaded_user_dirs.update(user_dirs)
