@@ -107,7 +107,7 @@ def main() -> None:
         base = max(figures["fairseq-generate"])
         for name in tools:
             best = max(figures[name])
-            hyps = hypotheses(texts[name], remove_bpe=name.startswith("nmt"))
+            hyps = hypotheses(texts[name], remove_bpe=True)
             same = sum(hyps.get(i) == h for i, h in ref.items())
             runs = " / ".join(f"{x:.1f}" for x in figures[name])
             print(f"| {beam} | {name} | **{best:.1f}** ({runs}) | {min(walls[name]):.1f} | {best / base:.2f}x "

@@ -66,3 +66,16 @@ def move_into_place(tmp: Path, destdir: Path, state: str) -> None:
     os.replace(tmp, destdir)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def metadata_languages(data: str | Path, source_lang: str | None,
+                       target_lang: str | None) -> tuple[str, str] | None:
+    """The given languages, the missing ones read from the data-bin's metadata.json; None when
+    one is missing and there is no metadata.json to read it from."""
+    if source_lang and target_lang:
+        return source_lang, target_lang
+    meta = Path(data) / "metadata.json"
+    if not meta.is_file():
+        return None
+    info = json.loads(meta.read_text(encoding="utf-8"))
+    return source_lang or info["source_lang"], target_lang or info["target_lang"]

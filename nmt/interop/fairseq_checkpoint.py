@@ -12,7 +12,6 @@ by name, and so is any weight left over after the mapping.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -167,14 +166,12 @@ def convert_state_dict(fs: dict[str, torch.Tensor], our_keys: list[str], path: P
 def _languages(data: Path, args: dict[str, Any], source_lang: str | None,
                target_lang: str | None) -> tuple[str, str]:
     """--source-lang/--target-lang, else the data-bin's metadata.json, else the fairseq task's, else its one pair."""
+    from nmt.data.data_dir import metadata_languages
     from nmt.interop.fairseq_data import find_pairs
 
-    if source_lang and target_lang:
-        return source_lang, target_lang
-    meta = data / "metadata.json"
-    if meta.is_file():
-        info = json.loads(meta.read_text(encoding="utf-8"))
-        return source_lang or info["source_lang"], target_lang or info["target_lang"]
+    langs = metadata_languages(data, source_lang, target_lang)
+    if langs is not None:
+        return langs
     if args.get("source_lang") and args.get("target_lang"):
         return source_lang or args["source_lang"], target_lang or args["target_lang"]
     pairs = list(find_pairs(data))

@@ -5,13 +5,13 @@ Kept apart from the epoch loop so that the loop reads as "train, validate, save,
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nmt.config.train import TaskConfig, TrainJob
 from nmt.data.batching import batch_by_size
+from nmt.data.data_dir import metadata_languages
 from nmt.data.epoch_iterator import EpochBatchIterator
 from nmt.errors import UsageError
 from nmt.training.distributed import DistributedContext
@@ -33,13 +33,9 @@ def resolve_langs(task: TaskConfig) -> tuple[str, str]:
     if not task.data or not data.is_dir():
         raise UsageError(f"data-bin folder {task.data or '(none)'}: no such folder; give the folder nmt-preprocess "
                          "wrote, e.g. nmt-train data-bin/multi30k_en_de")
-    src, tgt = task.source_lang, task.target_lang
-    if src and tgt:
-        return src, tgt
-    meta = data / "metadata.json"
-    if meta.is_file():
-        info = json.loads(meta.read_text(encoding="utf-8"))
-        return src or info["source_lang"], tgt or info["target_lang"]
+    langs = metadata_languages(data, task.source_lang, task.target_lang)
+    if langs is not None:
+        return langs
     raise UsageError(f"{data}: no metadata.json to read the languages from; pass --source-lang and --target-lang")
 
 
