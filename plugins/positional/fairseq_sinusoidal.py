@@ -11,7 +11,7 @@ import math
 import torch
 from torch import Tensor
 
-from nmt.models.positional import PositionalBase
+from nmt.plugins.positional.sinusoidal import SinusoidalPositional
 from nmt.registry import register_positional
 
 PAD_OFFSET = 2  # fairseq numbers positions from padding_idx + 1; our dictionaries' <pad> is 1
@@ -30,16 +30,11 @@ def fairseq_sinusoid_table(length: int, dim: int, device: torch.device | None = 
 
 
 @register_positional("fairseq_sinusoidal")
-class FairseqSinusoidalPositional(PositionalBase):
+class FairseqSinusoidalPositional(SinusoidalPositional):
     """fairseq's fixed sinusoids (concatenated halves, positions offset by the padding index)."""
 
-    def __init__(self, embed_dim: int, max_positions: int, option: str = "model.max_source_positions"):
-        super().__init__(embed_dim, max_positions, option)
-        self.register_buffer("table", fairseq_sinusoid_table(max(max_positions, 1) + PAD_OFFSET, embed_dim),
-                             persistent=False)
+    first_position = PAD_OFFSET
 
-    def forward(self, length: int, offset: int = 0) -> Tensor:
-        end = offset + length + PAD_OFFSET
-        if end > self.table.size(0):
-            self.table = fairseq_sinusoid_table(max(end, 2 * self.table.size(0)), self.embed_dim, self.table.device)
-        return self.table[offset + PAD_OFFSET:end]  # (length, C)
+    @staticmethod
+    def make_table(length: int, dim: int, device: torch.device | None = None) -> Tensor:
+        return fairseq_sinusoid_table(length, dim, device)

@@ -28,12 +28,20 @@ def sinusoid_table(length: int, dim: int, device: torch.device | None = None) ->
 class SinusoidalPositional(PositionalBase):
     """Fixed sinusoids; the table grows on demand and is not saved in checkpoints."""
 
+    first_position = 0  # the table row of position 0 (a subclass may number positions from elsewhere)
+
+    @staticmethod
+    def make_table(length: int, dim: int, device: torch.device | None = None) -> Tensor:
+        return sinusoid_table(length, dim, device)
+
     def __init__(self, embed_dim: int, max_positions: int, option: str = "model.max_source_positions"):
         super().__init__(embed_dim, max_positions, option)
-        self.register_buffer("table", sinusoid_table(max(max_positions, 1), embed_dim), persistent=False)
+        self.register_buffer("table", self.make_table(max(max_positions, 1) + self.first_position, embed_dim),
+                             persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
-        end = offset + length
+        start = offset + self.first_position
+        end = start + length
         if end > self.table.size(0):
-            self.table = sinusoid_table(max(end, 2 * self.table.size(0)), self.embed_dim, self.table.device)
-        return self.table[offset:end]  # (length, C)
+            self.table = self.make_table(max(end, 2 * self.table.size(0)), self.embed_dim, self.table.device)
+        return self.table[start:end]  # (length, C)
