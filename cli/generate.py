@@ -78,26 +78,28 @@ def run(cfg: GenerateJob) -> None:
     need_attn = gen.print_alignment or bool(cfg.attention_plot)
     hyps_out: dict[int, str] = {}
     refs_out: dict[int, str] = {}
-    with _output(cfg) as out:
+    def batches() -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor]]:
         for indices in plan.batches:
             batch = dataset.collater([dataset[int(i)] for i in indices])
-            net = batch["net_input"]
-            results = translator.translate(net["src_tokens"], net["src_lengths"], need_attn=need_attn)
-            for row, (sid, hyps) in enumerate(zip(batch["id"].tolist(), results)):
-                src_len = int(net["src_lengths"][row])
-                target = data.tgt_dict.string(batch["target"][row])
-                refs_out[sid] = references[sid] if references is not None else detok(target)
-                lines = [f"S-{sid}\t{data.src_dict.string(net['src_tokens'][row])}", f"T-{sid}\t{target}"]
-                for rank, hyp in enumerate(hyps):
-                    more, text = hypothesis_lines(sid, hyp, data.tgt_dict, detok, src_len, gen.print_alignment)
-                    lines += more
-                    if rank == 0:
-                        hyps_out[sid] = text
-                if cfg.attention_plot and sid < cfg.attention_plot_sentences and hyps:
-                    plot_cross_attention(translator.ens.models[0], net["src_tokens"][row, :src_len], hyps[0],
-                                         data, cfg.attention_plot, sid, cfg.attention_layer)
-                if not inf.quiet:
-                    out.write("\n".join(lines) + "\n")
+            yield batch["id"].tolist(), batch["net_input"]["src_tokens"], batch["net_input"]["src_lengths"]
+
+    with _output(cfg) as out:
+        for sid, hyps in translator.translate_stream(batches(), need_attn=need_attn):
+            sample = dataset[sid]
+            src_len = len(sample["source"])
+            target = data.tgt_dict.string(sample["target"])
+            refs_out[sid] = references[sid] if references is not None else detok(target)
+            lines = [f"S-{sid}\t{data.src_dict.string(sample['source'])}", f"T-{sid}\t{target}"]
+            for rank, hyp in enumerate(hyps):
+                more, text = hypothesis_lines(sid, hyp, data.tgt_dict, detok, src_len, gen.print_alignment)
+                lines += more
+                if rank == 0:
+                    hyps_out[sid] = text
+            if cfg.attention_plot and sid < cfg.attention_plot_sentences and hyps:
+                plot_cross_attention(translator.ens.models[0], sample["source"], hyps[0],
+                                     data, cfg.attention_plot, sid, cfg.attention_layer)
+            if not inf.quiet:
+                out.write("\n".join(lines) + "\n")
         ids = sorted(hyps_out)
         summary = [translator.speed()]
         if ids:

@@ -131,8 +131,9 @@ def test_errors_are_one_line(setup, capsys):
 
 
 def test_skipping_the_encoder_side_cache_reorder_changes_nothing(setup):
-    """Beam search leaves the cross-attention cache alone while no sentence leaves the batch; the
-    result must equal reordering every cache entry at every step."""
+    """Beam search keeps one cross-attention cache row per sentence, shared by its beams, and leaves
+    it alone while no sentence leaves the batch; the result must equal giving every beam its own
+    copy and reordering every cache entry at every step."""
     from nmt.config.generate import GenerationConfig
     from nmt.data.language_pair_dataset import load_language_pair
     from nmt.generation.inference import load_ensemble, open_data_dir
@@ -146,7 +147,9 @@ def test_skipping_the_encoder_side_cache_reorder_changes_nothing(setup):
     fast = load_ensemble(str(a), data.src_dict, data.tgt_dict)
     assert all(fast._static_keys)  # the real model's cross-attention slots were found
     slow = load_ensemble(str(a), data.src_dict, data.tgt_dict)
+    assert fast.can_share_encoder
     slow._static_keys = [set() for _ in slow.models]
+    slow.can_share_encoder = False
     for hf, hs in zip(search.search(fast, batch["src_tokens"], batch["src_lengths"]),
                       search.search(slow, batch["src_tokens"], batch["src_lengths"])):
         assert [h.tokens.tolist() for h in hf] == [h.tokens.tolist() for h in hs]

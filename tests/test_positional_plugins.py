@@ -35,3 +35,12 @@ def test_learned_table_has_max_positions_rows_and_refuses_beyond():
     assert torch.equal(pe(3, offset=7), pe.weight[7:10])
     with pytest.raises(DataError, match="max_target_positions=10"):
         pe(3, offset=8)
+
+
+@pytest.mark.parametrize("name", ["sinusoidal", "fairseq_sinusoidal", "learned"])
+def test_one_position_per_row_reads_the_same_table(name):
+    """Rows decoding at different steps (a refilled batch) each get their own position."""
+    pe = POSITIONAL.get(name)(6, max_positions=40)
+    positions = torch.tensor([0, 5, 2, 30, 5])
+    table = pe(31)  # positions 0 .. 30
+    assert torch.equal(pe.at(positions), table[positions])

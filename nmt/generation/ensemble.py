@@ -8,7 +8,7 @@ probabilities taken in log space (logsumexp - log n), as fairseq does.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +32,26 @@ def _split_decoder_output(out: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     return logits, attn
 
 
+def _can_merge(model: torch.nn.Module) -> bool:
+    """Whether rows of this model's caches can be merged (``merge_encoder_out`` exists and every
+    self-attention keeps the default growing cache, which nmt.models.incremental_state can align)."""
+    from nmt.models.attention import AttentionBase
+
+    if not callable(getattr(model, "merge_encoder_out", None)):
+        return False
+    own = [m for m in model.modules() if isinstance(m, AttentionBase) and m.self_attention]
+    return all(type(m).cache_append is AttentionBase.cache_append for m in own)
+
+
+def _can_share_encoder(model: torch.nn.Module) -> bool:
+    """Whether a sentence's beams can share one encoder-side cache row (every encoder-decoder
+    attention is an AttentionBase whose queries do not interact: AttentionBase.independent_queries)."""
+    from nmt.models.attention import AttentionBase
+
+    cross = [m for m in model.modules() if getattr(m, "self_attention", True) is False]
+    return bool(cross) and all(isinstance(m, AttentionBase) and m.independent_queries for m in cross)
+
+
 def _static_cache_keys(model: torch.nn.Module) -> set[str]:
     """Cache slots of encoder-decoder attention modules: they hold the projected encoder output,
     which never changes while decoding (nmt.models.attention.AttentionBase's ``state_key``)."""
@@ -49,6 +69,8 @@ class EnsembleModel:
         for m in self.models:
             m.eval()
         self._static_keys = [_static_cache_keys(m) for m in self.models]
+        self.can_merge = all(_can_merge(m) for m in self.models)  # searches may then refill finished rows
+        self.can_share_encoder = all(_can_share_encoder(m) for m in self.models)  # beams may share encoder rows
 
     def max_target_positions(self) -> int:
         """The longest output every member can position-encode (its max target positions)."""
@@ -75,21 +97,38 @@ class EnsembleModel:
     def reorder_encoder(self, encs: list[Any], order: torch.Tensor) -> list[Any]:
         return [m.reorder_encoder_out(e, order) for m, e in zip(self.models, encs)]
 
-    def reorder_states(self, states: list[dict], order: torch.Tensor, within_sentences: bool = False) -> list[dict]:
-        """Rows of every cache in ``order``. ``within_sentences``: each row moves only among the
-        rows of its own sentence (beams re-ranked, none dropped), so the encoder-side entries,
-        identical across a sentence's rows, are left alone."""
+    def reorder_states(self, states: list[dict], order: torch.Tensor, encoder_order: Optional[torch.Tensor] = None,
+                       keep_encoder: bool = False, drop_left: int = 0) -> list[dict]:
+        """Rows of every cache in ``order``. The encoder-side entries (cross-attention keys/values)
+        follow ``encoder_order`` if given (beams sharing their sentence's row), else ``order``;
+        ``keep_encoder`` leaves them alone (beams re-ranked within their sentences: those entries are
+        identical across a sentence's rows, or shared). ``drop_left``: merged caches only, the leading
+        positions no remaining row owns."""
+        extra = {"drop_left": drop_left} if drop_left else {}
         out = []
         for m, s, static in zip(self.models, states, self._static_keys):
-            if within_sentences and static:
+            if static and (keep_encoder or encoder_order is not None):
                 moving = {k: v for k, v in s.items() if k not in static}
-                m.reorder_incremental_state(moving, order)
+                m.reorder_incremental_state(moving, order, **extra)
+                if encoder_order is not None and not keep_encoder:
+                    fixed = {k: v for k, v in s.items() if k in static}
+                    m.reorder_incremental_state(fixed, encoder_order)
+                    moving.update(fixed)
                 s.update(moving)
                 out.append(s)
                 continue
-            new = m.reorder_incremental_state(s, order)
+            new = m.reorder_incremental_state(s, order, **extra)
             out.append(s if new is None else new)  # in-place reorder returns None
         return out
+
+    def merge(self, encs: list[Any], states: list[dict], more_encs: list[Any],
+              more_states: list[dict]) -> tuple[list[Any], list[dict]]:
+        """Encoder outputs and caches holding the rows of the first pair then those of the second
+        (sentences that joined later); only when ``can_merge``."""
+        from nmt.models.incremental_state import merge_incremental_states
+
+        encs = [m.merge_encoder_out(a, b) for m, a, b in zip(self.models, encs, more_encs)]
+        return encs, [merge_incremental_states(a, b) for a, b in zip(states, more_states)]
 
     def step(self, tokens: torch.Tensor, encs: list[Any], states: list[dict],
              need_attn: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:

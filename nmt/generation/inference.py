@@ -7,7 +7,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -15,7 +15,7 @@ import torch
 from nmt.config.generate import GenerationConfig, InferenceConfig
 from nmt.errors import DataError, UsageError
 from nmt.generation.ensemble import EnsembleModel
-from nmt.generation.search import Hypothesis, Search, build_search
+from nmt.generation.search import Hypothesis, Search, SourceBatch, build_search
 
 
 @dataclass
@@ -121,6 +121,22 @@ class Translator:
         self.tokens += sum(len(h[0].tokens) for h in hyps if h)
         return hyps
 
+    def translate_stream(self, batches: Iterable[SourceBatch],
+                         need_attn: bool = False) -> Iterator[tuple[int, list[Hypothesis]]]:
+        """(sentence id, hypotheses) for every sentence of ``batches``, in the order they finish:
+        the search starts waiting sentences as running ones finish (``Search.search_stream``)."""
+        stream = self.search.search_stream(self.ens, batches, need_attn=need_attn)
+        while True:
+            start = time.perf_counter()
+            with torch.inference_mode():
+                item = next(stream, None)
+            self.seconds += time.perf_counter() - start
+            if item is None:
+                return
+            self.sentences += 1
+            self.tokens += len(item[1][0].tokens) if item[1] else 0
+            yield item
+
     def check_source_lengths(self, lengths: Sequence[int], where: Callable[[int], str]) -> None:
         """Refuse a source longer than every model of the ensemble was built for (its
         ``model.max_source_positions``): searching it would cost memory quadratic in its length.
@@ -140,6 +156,9 @@ class Translator:
 
 
 def make_translator(gen: GenerationConfig, inf: InferenceConfig, data: DataDir, seed: int) -> Translator:
+    from nmt.allocator import keep_freed_memory
+
+    keep_freed_memory()
     if inf.threads:
         torch.set_num_threads(inf.threads)
     ens = load_ensemble(inf.path, data.src_dict, data.tgt_dict)

@@ -2,15 +2,27 @@
 sampling (--beam samples per sentence). A subclass only says how a row picks its next token.
 
 Rows that emit eos leave the batch at once (their cache entries are dropped), so the work of
-each step is proportional to the rows still running.
+each step is proportional to the rows still running; and once fewer than half of a batch's
+sentences still run, waiting sentences join the running rows (``Search.search_stream``), so
+a few long outputs do not leave the machine decoding almost empty batches.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Optional
+
 import torch
 
 from nmt.generation.ensemble import EnsembleModel
-from nmt.generation.search import Hypothesis, Search
+from nmt.generation.search import Hypothesis, Rows, Search, SentenceQueue, SourceBatch
+
+
+@dataclass
+class Paths(Rows):
+    """Independent rows; ``scores`` holds the log-prob of each generated token."""
+
+    ids: list[int] = field(default_factory=list)  # (N) sentence id of each row
 
 
 class PathSearch(Search):
@@ -24,63 +36,68 @@ class PathSearch(Search):
         raise NotImplementedError
 
     @torch.inference_mode()
-    def search(self, ens: EnsembleModel, src_tokens: torch.Tensor, src_lengths: torch.Tensor,
-               need_attn: bool = False) -> list[list[Hypothesis]]:
-        sp, p = self.sp, self.paths_per_sentence()
-        bsz, src_len = src_tokens.shape
-        max_lens = self.max_lengths(ens, src_lengths)  # (B,)
-        steps = int(max_lens.max()) + 1
-        rows = bsz * p
+    def search_stream(self, ens: EnsembleModel, batches: Iterable[SourceBatch],
+                      need_attn: bool = False) -> Iterator[tuple[int, list[Hypothesis]]]:
+        queue = SentenceQueue(batches, self.sp.pad, refill=ens.can_merge and not need_attn)
+        paths: Optional[Paths] = None
+        found: dict[int, list[Hypothesis]] = {}  # sentence id -> its finished paths so far
+        while True:
+            new = queue.take(len(found))
+            if new is not None:
+                ids, src_tokens, src_lengths = new
+                found.update({i: [] for i in ids})
+                started = self._advance(ens, self._start(ens, ids, src_tokens, src_lengths, need_attn), found)
+                if started is not None:
+                    paths = started if paths is None else Paths(
+                        **paths.merged_fields(started, ens, self.sp.pad), ids=paths.ids + started.ids)
+            elif paths is not None:
+                paths = self._advance(ens, paths, found)
+            p = self.paths_per_sentence()
+            for i in [i for i, hyps in found.items() if len(hyps) == p]:
+                hyps = sorted(found.pop(i), key=lambda h: -h.score)
+                yield i, hyps[: self.cfg.nbest]
+            if paths is None and queue.empty():
+                return
 
+    def _start(self, ens: EnsembleModel, ids: list[int], src_tokens: torch.Tensor, src_lengths: torch.Tensor,
+               need_attn: bool) -> Paths:
+        """New sentences' rows (``paths_per_sentence`` each), before their first step."""
+        p = self.paths_per_sentence()
+        rows = len(ids) * p
         encs = ens.encode(src_tokens, src_lengths)
         if p > 1:
-            encs = ens.reorder_encoder(encs, torch.arange(bsz).repeat_interleave(p))
-        states = ens.new_states()
-        tokens = torch.full((rows, steps + 1), sp.pad, dtype=torch.long)  # (R, steps+1) active rows
-        tokens[:, 0] = sp.bos
-        scores = torch.zeros(rows, steps)  # (R, steps) per-token log-probs of active rows
-        attn = torch.zeros(rows, steps, src_len) if need_attn else None
-        row_max = max_lens.repeat_interleave(p)  # (R,)
-        active = torch.arange(rows)  # original row of each active row
-        out_tokens = torch.full((rows, steps), sp.pad, dtype=torch.long)  # finished rows, by original row
-        out_scores = torch.zeros(rows, steps)
-        out_attn = torch.zeros(rows, steps, src_len) if need_attn else None
-        out_len = torch.zeros(rows, dtype=torch.long)
+            encs = ens.reorder_encoder(encs, torch.arange(len(ids)).repeat_interleave(p))
+        return Paths(encs, ens.new_states(), torch.full((rows, 1), self.sp.bos, dtype=torch.long),
+                     torch.zeros(rows, 1), torch.zeros(rows, dtype=torch.long),
+                     self.max_lengths(ens, src_lengths).repeat_interleave(p),
+                     torch.zeros(rows, 0, src_tokens.size(1)) if need_attn else None,
+                     ids=[i for i in ids for _ in range(p)])
 
-        for step in range(steps):
-            lprobs, step_attn = ens.step(tokens[:, : step + 1], encs, states, need_attn)  # (n, V)
-            self.apply_rules(lprobs, step, tokens[:, 1: step + 1], row_max)
-            nxt = self.choose(lprobs)  # (n,)
-            tokens[:, step + 1] = nxt
-            scores[:, step] = lprobs.gather(1, nxt.unsqueeze(1)).squeeze(1)
-            if attn is not None and step_attn is not None:
-                attn[:, step] = step_attn
-            ended = nxt == sp.eos  # (n,)
-            if not bool(ended.any()):
-                continue
-            idx = active[ended]
-            out_tokens[idx, : step + 1] = tokens[ended, 1: step + 2]
-            out_scores[idx, : step + 1] = scores[ended, : step + 1]
-            if attn is not None:
-                out_attn[idx, : step + 1] = attn[ended, : step + 1]
-            out_len[idx] = step + 1
-            keep = torch.nonzero(~ended).squeeze(1)  # (n',)
+    def _advance(self, ens: EnsembleModel, paths: Paths, found: dict[int, list[Hypothesis]]) -> Optional[Paths]:
+        """One step of every row; rows that end go to ``found``. None when no row is left."""
+        steps = paths.steps()  # (N,) tokens before this one
+        lprobs, step_attn = ens.step(paths.window, paths.encs, paths.states, paths.attn is not None)  # (N, V)
+        self.apply_rules(lprobs, steps if paths.window.size(1) > 1 else 0, paths.window[:, 1:], paths.row_max)
+        paths.add_attention(step_attn)
+        nxt = self.choose(lprobs)  # (N,)
+        scores = lprobs.gather(1, nxt.unsqueeze(1)).squeeze(1)  # (N,)
+        ended = nxt == self.sp.eos  # (N,)
+        if bool(ended.any()):
+            width = paths.window.size(1)
+            for r in torch.nonzero(ended).squeeze(1).tolist():
+                s = int(steps[r])
+                tokens = torch.cat([paths.window[r, width - s:], nxt[r:r + 1]])  # (s+1,)
+                positional = torch.cat([paths.scores[r, width - s:], scores[r:r + 1]])  # (s+1,)
+                a = paths.attn[r, width - s - 1:].clone() if paths.attn is not None else None
+                score = float(self.normalise(positional.sum().unsqueeze(0), s + 1))
+                found[paths.ids[r]].append(Hypothesis(tokens, score, positional, a))
+            keep = torch.nonzero(~ended).squeeze(1)  # (N',)
             if keep.numel() == 0:
-                break
-            active, tokens, scores, row_max = active[keep], tokens[keep], scores[keep], row_max[keep]
-            if attn is not None:
-                attn = attn[keep]
-            encs = ens.reorder_encoder(encs, keep)
-            states = ens.reorder_states(states, keep)
-
-        totals = self.normalise(out_scores.sum(1), out_len.clamp(min=1))  # (R,)
-        results: list[list[Hypothesis]] = []
-        for s in range(bsz):
-            hyps = []
-            for r in range(s * p, (s + 1) * p):
-                length = int(out_len[r])
-                a = out_attn[r, :length] if out_attn is not None else None
-                hyps.append(Hypothesis(out_tokens[r, :length], float(totals[r]), out_scores[r, :length], a))
-            hyps.sort(key=lambda h: -h.score)
-            results.append(hyps[: self.cfg.nbest])
-        return results
+                return None
+            drop = int(paths.pads[keep].min())  # columns no remaining row owns
+            encs = ens.reorder_encoder(paths.encs, keep)
+            states = ens.reorder_states(paths.states, keep, drop_left=drop)
+            fields = paths.extended_fields(keep, nxt[keep], scores[keep], drop, encs, states)
+            return Paths(**fields, ids=[paths.ids[r] for r in keep.tolist()])
+        everyone = torch.arange(nxt.size(0))
+        return Paths(**paths.extended_fields(everyone, nxt, scores, 0, paths.encs, paths.states), ids=paths.ids)

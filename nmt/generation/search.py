@@ -8,7 +8,7 @@ A strategy is a plugin registered with ``nmt.registry.register_search``; it impl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable, Iterator, Optional
 
 import torch
 
@@ -18,6 +18,9 @@ from nmt.generation.ensemble import EnsembleModel
 from nmt.registry import SEARCH
 
 NEG_INF = float("-inf")
+REFILL_AT = 0.5  # refill the running batch when fewer than this share of its sentences are left
+
+SourceBatch = tuple[list[int], torch.Tensor, torch.Tensor]  # sentence ids, src_tokens (B, S), src_lengths (B,)
 
 
 @dataclass
@@ -64,8 +67,23 @@ class Search:
 
     def search(self, ens: EnsembleModel, src_tokens: torch.Tensor, src_lengths: torch.Tensor,
                need_attn: bool = False) -> list[list[Hypothesis]]:
-        """For each of the B sentences of ``src_tokens`` (B, S), its ``nbest`` hypotheses, best first."""
-        raise NotImplementedError
+        """For each of the B sentences of ``src_tokens`` (B, S), its ``nbest`` hypotheses, best first.
+        A strategy implements this or :meth:`search_stream` (then this one runs the batch through it)."""
+        if type(self).search_stream is Search.search_stream:
+            raise NotImplementedError(f"{type(self).__name__} implements neither search nor search_stream")
+        found = dict(self.search_stream(ens, [(list(range(src_tokens.size(0))), src_tokens, src_lengths)], need_attn))
+        return [found[i] for i in range(src_tokens.size(0))]
+
+    def search_stream(self, ens: EnsembleModel, batches: Iterable[SourceBatch],
+                      need_attn: bool = False) -> Iterator[tuple[int, list[Hypothesis]]]:
+        """(sentence id, its ``nbest`` hypotheses) for every sentence of ``batches``, as each finishes.
+
+        This default searches one batch after the other. The built-in strategies instead keep a
+        batch's worth of sentences running and start waiting ones as others finish (when the
+        models' caches can be merged, ``EnsembleModel.can_merge``), so a few long outputs do not
+        leave the machine decoding almost empty batches."""
+        for ids, src_tokens, src_lengths in batches:
+            yield from zip(ids, self.search(ens, src_tokens, src_lengths, need_attn))
 
     # --- shared rules -------------------------------------------------------------------------
 
@@ -75,23 +93,37 @@ class Search:
         cap = ens.max_target_positions() - 1  # the eos needs a position too
         return limit.floor().long().clamp(min=max(self.cfg.min_len, 1), max=cap)
 
-    def apply_rules(self, lprobs: torch.Tensor, step: int, generated: torch.Tensor,
+    def apply_rules(self, lprobs: torch.Tensor, step: int | torch.Tensor, generated: torch.Tensor,
                     max_lens: torch.Tensor) -> torch.Tensor:
-        """Adjust next-token log-probs (N, V) in place at ``step`` (tokens generated so far).
+        """Adjust next-token log-probs (N, V) in place at ``step`` (tokens generated so far: one
+        number, or one per row (N,) when rows started at different times).
 
-        ``generated`` (N, step) are those tokens; ``max_lens`` (N,) each row's length limit.
-        bos/pad are never produced; eos is banned before --min-len and forced at the limit."""
+        ``generated`` (N, t) are those tokens, right-aligned (a row with fewer has bos and pads
+        first); ``max_lens`` (N,) each row's length limit. bos/pad are never produced; eos is
+        banned before --min-len and forced at the limit."""
         sp = self.sp
         lprobs[:, sp.pad] = NEG_INF
         if sp.bos != sp.eos:
             lprobs[:, sp.bos] = NEG_INF
         if self.cfg.unkpen:
             lprobs[:, sp.unk] -= self.cfg.unkpen
-        if step < self.cfg.min_len:
-            lprobs[:, sp.eos] = NEG_INF
+        if isinstance(step, int):
+            if step < self.cfg.min_len:
+                lprobs[:, sp.eos] = NEG_INF
+        elif self.cfg.min_len > 0:
+            lprobs[:, sp.eos].masked_fill_(step < self.cfg.min_len, NEG_INF)
         n = self.cfg.no_repeat_ngram_size
-        if n > 0 and step >= n:
-            block_repeated_ngrams(lprobs, generated, n)
+        if n > 0:
+            eligible = (step >= n) if isinstance(step, torch.Tensor) else None  # (N,) or None
+            if eligible is None:
+                if step >= n:
+                    block_repeated_ngrams(lprobs, generated, n)
+            elif bool(eligible.all()):
+                block_repeated_ngrams(lprobs, generated, n)
+            elif bool(eligible.any()):
+                rows = lprobs[eligible]  # (N', V) a copy
+                block_repeated_ngrams(rows, generated[eligible], n)
+                lprobs[eligible] = rows
         at_limit = max_lens <= step  # (N,)
         if bool(at_limit.any()):
             eos_lp = lprobs[:, sp.eos].clone()  # (N,)
@@ -105,6 +137,98 @@ class Search:
         if isinstance(length, int):
             return total / (length ** self.cfg.lenpen)
         return total / length.double().pow(self.cfg.lenpen).to(total.dtype)
+
+
+@dataclass
+class Rows:
+    """The decoder rows a search is running, with their decoder inputs kept right-aligned: a row
+    that joined later has its bos after ``pads`` pad columns (nmt.models.incremental_state)."""
+
+    encs: list[Any]
+    states: list[dict]
+    window: torch.Tensor  # (N, L+1) decoder inputs so far, bos first
+    scores: torch.Tensor  # (N, L+1) a score per input column (0 at bos and before); the strategy says which
+    pads: torch.Tensor  # (N,) leading columns that are not the row's own
+    row_max: torch.Tensor  # (N,) most tokens the row may generate
+    attn: Optional[torch.Tensor]  # (N, L+1, S) cross-attention of each step, when asked for
+
+    def steps(self) -> torch.Tensor:
+        """(N,) tokens each row has generated."""
+        return self.window.size(1) - 1 - self.pads
+
+    def merged_fields(self, other: "Rows", ens: EnsembleModel, pad: int) -> dict[str, Any]:
+        """The fields of one Rows holding these rows then ``other``'s (no attention kept)."""
+        width = max(self.window.size(1), other.window.size(1))
+
+        def left(x: torch.Tensor, value: float) -> torch.Tensor:
+            return torch.nn.functional.pad(x, (width - x.size(1), 0), value=value)
+
+        encs, states = ens.merge(self.encs, self.states, other.encs, other.states)
+        return dict(encs=encs, states=states,
+                    window=torch.cat([left(self.window, pad), left(other.window, pad)]),
+                    scores=torch.cat([left(self.scores, 0.0), left(other.scores, 0.0)]),
+                    pads=torch.cat([self.pads + width - self.window.size(1), other.pads + width - other.window.size(1)]),
+                    row_max=torch.cat([self.row_max, other.row_max]), attn=None)
+
+    def extended_fields(self, rows: torch.Tensor, tokens: torch.Tensor, scores: torch.Tensor, drop: int,
+                        encs: list[Any], states: list[dict]) -> dict[str, Any]:
+        """The fields after keeping ``rows`` (parents) and appending their next ``tokens`` (N',) and
+        ``scores`` (N',); the ``drop`` leading columns no kept row owns are forgotten."""
+        return dict(encs=encs, states=states,
+                    window=torch.cat([self.window[rows, drop:], tokens.unsqueeze(1)], 1),
+                    scores=torch.cat([self.scores[rows, drop:], scores.unsqueeze(1)], 1),
+                    pads=self.pads[rows] - drop, row_max=self.row_max[rows],
+                    attn=self.attn[rows, drop:] if self.attn is not None else None)
+
+    def add_attention(self, step_attn: Optional[torch.Tensor]) -> None:
+        """Record this step's cross-attention (N, S) when attention is kept."""
+        if self.attn is not None:
+            a = step_attn if step_attn is not None else self.attn.new_zeros(self.attn.size(0), self.attn.size(2))
+            self.attn = torch.cat([self.attn, a.unsqueeze(1).to(self.attn.dtype)], 1)
+
+
+class SentenceQueue:
+    """Sentences waiting to be searched, in the order of the batches they come in.
+
+    ``take(running)`` says which to start now: a whole batch's worth when nothing runs; with
+    ``refill``, also enough to fill the batch back up once fewer than REFILL_AT of it still
+    runs. A batch's worth is the size of the batch the next sentence came in (with --max-tokens
+    it shrinks as sentences get longer)."""
+
+    def __init__(self, batches: Iterable[SourceBatch], pad: int, refill: bool):
+        self._batches = iter(batches)
+        self._waiting: list[tuple[int, torch.Tensor, int]] = []  # (id, unpadded tokens, batch size)
+        self.pad = pad
+        self.refill = refill
+
+    def _fetch(self) -> bool:
+        batch = next(self._batches, None)
+        if batch is None:
+            return False
+        ids, src_tokens, src_lengths = batch
+        for i, row, n in zip(ids, src_tokens, src_lengths.tolist()):
+            self._waiting.append((int(i), row[:n], len(ids)))
+        return True
+
+    def take(self, running: int) -> Optional[SourceBatch]:
+        """The sentences to start while ``running`` sentences are being searched (None: none now)."""
+        if not self._waiting and not self._fetch():
+            return None
+        size = self._waiting[0][2]
+        if running and not (self.refill and running < REFILL_AT * size):
+            return None
+        room = size - running
+        while len(self._waiting) < room and self._fetch():
+            pass
+        chosen, self._waiting = self._waiting[:room], self._waiting[room:]
+        lengths = torch.tensor([len(t) for _, t, _ in chosen])
+        tokens = torch.full((len(chosen), int(lengths.max())), self.pad, dtype=torch.long)
+        for r, (_, t, _) in enumerate(chosen):
+            tokens[r, : len(t)] = t
+        return [i for i, _, _ in chosen], tokens, lengths
+
+    def empty(self) -> bool:
+        return not self._waiting and not self._fetch()
 
 
 def block_repeated_ngrams(lprobs: torch.Tensor, generated: torch.Tensor, n: int) -> None:

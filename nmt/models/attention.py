@@ -66,6 +66,11 @@ class AttentionBase(nn.Module):
     # A plugin that only makes sense as self-attention sets this False; the builder then keeps
     # the default attention for the encoder-decoder role unless --cross-attention names it.
     supports_cross_attention = True
+    # Whether each query's output depends only on that query and the keys (true of softmax attention).
+    # Beam search then keeps one encoder-side cache row per sentence, shared by its beams: the
+    # cross-attention below sees a sentence's beams as that many queries of one row. A plugin whose
+    # queries interact sets this False, and every beam gets its own copy of the encoder output.
+    independent_queries = True
 
     def __init__(self, embed_dim: int, num_heads: int, *, self_attention: bool, causal: bool = False,
                  dropout: float = 0.0, cfg: Any = None):
@@ -133,8 +138,8 @@ class AttentionBase(nn.Module):
         """query (B, T, C); key_value (B, S, C) for cross-attention; key_padding_mask (B, S), True at pads.
 
         With ``incremental_state`` (inference only: the cache is written in place), self-attention
-        (which then takes no padding mask: targets are right-padded and causal) appends this
-        step's keys/values to the cache and
+        appends this step's keys/values to the cache (its padding mask, if any, then covers every
+        cached position: rows that joined the batch later do not own the first ones) and
         cross-attention projects the encoder output once and reuses it. Returns (B, T, C) and, when
         ``need_weights``, the weights (B, H, T, S)."""
         B, T, C = query.shape
@@ -155,8 +160,17 @@ class AttentionBase(nn.Module):
                 if incremental_state is not None:  # read at every step: contiguous reads are cheaper
                     k, v = k.contiguous(), v.contiguous()
                     incremental_state[self.state_key] = {"k": k, "v": v}
-        out, weights = self.attend(q, k, v, key_padding_mask, self.causal, need_weights)  # (B, H, T, D)
-        out = out.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+        group = B // k.size(0)  # query rows per key row: a sentence's beams share its encoder-side cache
+        if group > 1:
+            q = q.reshape(k.size(0), group, self.num_heads, T, self.head_dim).transpose(1, 2)  # (b, H, group, T, D)
+            q = q.reshape(k.size(0), self.num_heads, group * T, self.head_dim)  # (b, H, group*T, D)
+        out, weights = self.attend(q, k, v, key_padding_mask, self.causal, need_weights)  # (b, H, group*T, D)
+        if group > 1:
+            out = out.reshape(k.size(0), self.num_heads, group, T, self.head_dim).transpose(1, 2)
+            if weights is not None:
+                weights = weights.reshape(k.size(0), self.num_heads, group, T, -1).transpose(1, 2)
+                weights = weights.reshape(B, self.num_heads, T, -1)  # (B, H, T, S)
+        out = out.reshape(B, self.num_heads, T, self.head_dim).transpose(1, 2).reshape(B, T, C)  # (B, T, C)
         return self.out_proj(out), weights
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], causal: bool,

@@ -3,6 +3,7 @@ embeddings. Registered by name with ``nmt.registry.register_positional``."""
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 
@@ -21,3 +22,9 @@ class PositionalBase(nn.Module):
     def forward(self, length: int, offset: int = 0) -> Tensor:
         """(length, embed_dim) encodings, broadcast over the batch by the caller."""
         raise NotImplementedError
+
+    def at(self, positions: Tensor) -> Tensor:
+        """(B, embed_dim) encodings of one position per row (rows decoding at different steps).
+        The default reads them from ``forward``'s table; a plugin may compute them directly."""
+        table = self(int(positions.max()) + 1, 0)  # (max + 1, C)
+        return torch.index_select(table, 0, positions)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt.models.attention import IncrementalState
-from nmt.models.incremental_state import reorder_incremental_state
+from nmt.models.incremental_state import left_pads, reorder_incremental_state
 from nmt.models.layers import DecoderLayer, EncoderLayer
 from nmt.models.positional import PositionalBase
 
@@ -40,9 +40,14 @@ class Embedder(nn.Module):
         self.scale = math.sqrt(embed_tokens.embedding_dim) if scale else 1.0
         self.dropout = dropout
 
-    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
+    def forward(self, tokens: Tensor, offset: int = 0, positions: Optional[Tensor] = None) -> Tensor:
+        """tokens (B, L) at positions ``offset ..``, or, for one token per row (L = 1), at each
+        row's own position ``positions`` (B,)."""
         x = self.embed_tokens(tokens) * self.scale  # (B, L, C)
-        x = x + self.positional(tokens.size(1), offset).to(x.dtype)  # (L, C) broadcast over B
+        if positions is None:
+            x = x + self.positional(tokens.size(1), offset).to(x.dtype)  # (L, C) broadcast over B
+        else:
+            x = x + self.positional.at(positions).to(x.dtype).unsqueeze(1)  # (B, 1, C)
         return F.dropout(x, p=self.dropout, training=self.training)
 
 
@@ -95,19 +100,26 @@ class TransformerDecoder(nn.Module):
                 incremental_state: Optional[IncrementalState] = None, features_only: bool = False,
                 need_weights: bool = False):
         """prev_output_tokens (B, T). With ``incremental_state`` only the last position is computed
-        (the earlier ones are in the cache) and the result is (B, 1, ...).
+        (the earlier ones are in the cache) and the result is (B, 1, ...). When the cache holds rows
+        that started at different steps (``nmt.models.incremental_state.LEFT_PADS``), the tokens are
+        right-aligned and each row's leading pads are masked and not counted as positions.
 
         Returns logits (B, T, V), or features (B, T, C) with ``features_only``; with
         ``need_weights`` a pair (that, {"self": [per layer (B,H,T,T)], "cross": [(B,H,T,S)]})."""
-        offset = 0
+        offset, positions, self_mask = 0, None, None
         if incremental_state is not None:
             offset = prev_output_tokens.size(1) - 1
             prev_output_tokens = prev_output_tokens[:, -1:]  # (B, 1)
-        x = self.embedder(prev_output_tokens, offset)  # (B, T, C)
+            pads = left_pads(incremental_state)  # (B,) or None
+            if pads is not None:
+                positions = offset - pads  # (B,)
+                self_mask = torch.arange(offset + 1, device=pads.device)[None, :] < pads[:, None]  # (B, t)
+        x = self.embedder(prev_output_tokens, offset, positions)  # (B, T, C)
         self_attn: list[Tensor] = []
         cross_attn: list[Tensor] = []
         for layer in self.layers:
-            x, self_w, cross_w = layer(x, encoder_out.out, encoder_out.padding_mask, incremental_state, need_weights)
+            x, self_w, cross_w = layer(x, encoder_out.out, encoder_out.padding_mask, incremental_state, need_weights,
+                                       self_mask)
             if need_weights:
                 self_attn.append(self_w)
                 cross_attn.append(cross_w)
@@ -159,8 +171,22 @@ class TransformerModel(nn.Module):
                           None if mask is None else mask.index_select(0, new_order))
 
     @staticmethod
-    def reorder_incremental_state(incremental_state: IncrementalState, new_order: Tensor) -> None:
-        reorder_incremental_state(incremental_state, new_order)
+    def merge_encoder_out(a: EncoderOut, b: EncoderOut) -> EncoderOut:
+        """The rows of ``a`` then those of ``b``, the shorter source right-padded (and masked)."""
+        length = max(a.out.size(1), b.out.size(1))
+
+        def padded(e: EncoderOut) -> tuple[Tensor, Tensor]:
+            B, S, _ = e.out.shape
+            mask = e.padding_mask if e.padding_mask is not None else e.out.new_zeros((B, S), dtype=torch.bool)
+            return F.pad(e.out, (0, 0, 0, length - S)), F.pad(mask, (0, length - S), value=True)
+
+        (out_a, mask_a), (out_b, mask_b) = padded(a), padded(b)
+        mask = torch.cat([mask_a, mask_b])
+        return EncoderOut(torch.cat([out_a, out_b]), mask if bool(mask.any()) else None)
+
+    @staticmethod
+    def reorder_incremental_state(incremental_state: IncrementalState, new_order: Tensor, drop_left: int = 0) -> None:
+        reorder_incremental_state(incremental_state, new_order, drop_left)
 
     @torch.no_grad()
     def num_parameters(self) -> int:

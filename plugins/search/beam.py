@@ -4,124 +4,162 @@ Each step scores every (beam, next token) pair of every sentence with one top-k 
 (beam x vocabulary), keeps the 2*beam best candidates per sentence, finalises the eos ones
 ranked within the first ``beam`` and continues the ``beam`` best others. A sentence with
 ``beam`` finished hypotheses (or at its length limit) leaves the batch: its rows are dropped
-from the encoder output and the key/value cache, so long sentences do not make short ones pay.
+from the encoder output and the key/value cache, so long sentences do not make short ones pay,
+and waiting sentences take their places (``Search.search_stream``).
 
-The first step decodes one row per sentence (its beams are still one prefix) and only then
-copies the encoder output and cache to ``beam`` rows; the encoder-side cache entries are reordered
-only when sentences leave, never when beams are merely re-ranked. Tested to give fairseq-generate's
-hypotheses on a converted fairseq model (tests/test_search_fairseq_parity.py).
+A sentence's first step decodes one row (its beams are still one prefix) and only then copies
+the encoder output and cache to ``beam`` rows; the encoder-side cache entries are reordered only
+when sentences leave, never when beams are merely re-ranked. Tested to give fairseq-generate's
+hypotheses on a converted fairseq model (tests/test_import_fairseq_parity.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Optional
+
 import torch
 
 from nmt.generation.ensemble import EnsembleModel
-from nmt.generation.search import NEG_INF, Hypothesis, Search
+from nmt.generation.search import NEG_INF, Hypothesis, Rows, Search, SentenceQueue, SourceBatch
 from nmt.registry import register_search
+
+
+@dataclass
+class Beams(Rows):
+    """The sentences being searched: ``k`` consecutive rows each; ``scores`` holds each row's
+    cumulative log-prob after every input column."""
+
+    ids: list[int] = field(default_factory=list)  # (n) sentence ids
+    n_done: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))  # (n,) finished per sentence
+    finished: list[list[Hypothesis]] = field(default_factory=list)  # (n) per sentence
 
 
 @register_search("beam")
 class BeamSearch(Search):
     """Beam search with fairseq's length penalty (--beam, --lenpen, --nbest)."""
 
+    # Starting waiting sentences in the rows of finished ones (Search.search_stream) is off for
+    # beam search: every step reorders the whole key/value cache, and rows that joined later make
+    # it wider (left pads) for as long as the oldest sentence runs. On Multi30k test, beam 5,
+    # bf16, 2 CPU threads, it made search 3% to 14% slower (benchmarks/generate_vs_fairseq.py).
+    refill = False
+
     @torch.inference_mode()
-    def search(self, ens: EnsembleModel, src_tokens: torch.Tensor, src_lengths: torch.Tensor,
-               need_attn: bool = False) -> list[list[Hypothesis]]:
+    def search_stream(self, ens: EnsembleModel, batches: Iterable[SourceBatch],
+                      need_attn: bool = False) -> Iterator[tuple[int, list[Hypothesis]]]:
+        queue = SentenceQueue(batches, self.sp.pad, refill=self.refill and ens.can_merge and not need_attn)
+        beams: Optional[Beams] = None
+        while True:
+            new = queue.take(0 if beams is None else len(beams.ids))
+            if new is not None:
+                started, done = self._start(ens, *new, need_attn)
+                yield from done
+                if started is not None:
+                    beams = started if beams is None else Beams(
+                        **beams.merged_fields(started, ens, self.sp.pad), ids=beams.ids + started.ids,
+                        n_done=torch.cat([beams.n_done, started.n_done]), finished=beams.finished + started.finished)
+            if beams is None:
+                if queue.empty():
+                    return
+                continue
+            beams, done = self._advance(ens, beams, need_attn)
+            yield from done
+
+    def _start(self, ens: EnsembleModel, ids: list[int], src_tokens: torch.Tensor, src_lengths: torch.Tensor,
+               need_attn: bool) -> tuple[Optional[Beams], list[tuple[int, list[Hypothesis]]]]:
+        """The first step of new sentences, one row each; then each becomes its k beams."""
+        sp, n = self.sp, len(ids)
+        max_lens = self.max_lengths(ens, src_lengths)  # (n,)
+        encs, states = ens.encode(src_tokens, src_lengths), ens.new_states()
+        window = torch.full((n, 1), sp.bos, dtype=torch.long)
+        lprobs, step_attn = ens.step(window, encs, states, need_attn)  # (n, V)
+        self.apply_rules(lprobs, 0, window[:, 1:], max_lens)
+        beams = Beams(encs, states, window, torch.zeros(n, 1), torch.zeros(n, dtype=torch.long), max_lens,
+                      torch.zeros(n, 0, src_tokens.size(1)) if need_attn else None,
+                      ids=list(ids), n_done=torch.zeros(n, dtype=torch.long), finished=[[] for _ in range(n)])
+        beams.add_attention(step_attn)
+        return self._choose(ens, beams, lprobs, torch.arange(n).unsqueeze(1), first=True)
+
+    def _advance(self, ens: EnsembleModel, beams: Beams,
+                 need_attn: bool) -> tuple[Optional[Beams], list[tuple[int, list[Hypothesis]]]]:
+        """One step of every running row."""
+        k, n = self.cfg.beam, len(beams.ids)
+        lprobs, step_attn = ens.step(beams.window, beams.encs, beams.states, need_attn)  # (N, V)
+        self.apply_rules(lprobs, beams.steps(), beams.window[:, 1:], beams.row_max)
+        beams.add_attention(step_attn)
+        cand = lprobs.add_(beams.scores[:, -1:]).view(n, -1)  # (n, k*V), in place
+        return self._choose(ens, beams, cand, torch.arange(n).unsqueeze(1) * k, first=False)
+
+    def _choose(self, ens: EnsembleModel, beams: Beams, cand: torch.Tensor, first_row: torch.Tensor,
+                first: bool) -> tuple[Optional[Beams], list[tuple[int, list[Hypothesis]]]]:
+        """From the candidate scores ``cand`` (n, width*V) of each sentence (its rows from
+        ``first_row`` (n, 1) on), finalise the eos ones and keep the k best others as new beams."""
         sp, k = self.sp, self.cfg.beam
-        bsz, src_len = src_tokens.shape
-        max_lens = self.max_lengths(ens, src_lengths)  # (B,)
-        steps = int(max_lens.max()) + 1  # the longest output, eos included
+        n, vocab = cand.size(0), cand.size(1) if first else cand.size(1) // k
+        width = min(2 * k, cand.size(1))
+        cand_scores, cand_idx = cand.topk(width, dim=1)  # (n, 2k)
+        cand_beams = torch.div(cand_idx, vocab, rounding_mode="floor")  # (n, 2k)
+        cand_tokens = cand_idx % vocab  # (n, 2k)
+        cand_rows = first_row + cand_beams  # (n, 2k) row of the parent
 
-        encs = ens.encode(src_tokens, src_lengths)  # B rows until the first step is done
-        states = ens.new_states()
+        step_of = beams.steps()  # (N,) tokens generated before this one
+        is_eos = cand_tokens == sp.eos  # (n, 2k)
+        eos_top = is_eos[:, :k] & torch.isfinite(cand_scores[:, :k])  # (n, k) finalisable
+        room = (k - beams.n_done).unsqueeze(1)  # (n, 1)
+        take = eos_top & (eos_top.cumsum(1) <= room)  # (n, k)
+        if bool(take.any()):
+            self._finalise(beams, take, cand_rows, cand_scores, step_of)
+            beams.n_done += take.sum(1)
+        sent_steps = step_of[first_row.squeeze(1)]  # (n,)
+        done = (beams.n_done >= k) | (beams.row_max[first_row.squeeze(1)] <= sent_steps)  # (n,)
+        results = [(beams.ids[i], self._best(beams.finished[i])) for i in torch.nonzero(done).squeeze(1).tolist()]
+        keep = ~done  # (n,)
+        if not bool(keep.any()):
+            return None, results
 
-        tokens = torch.full((bsz * k, steps + 1), sp.pad, dtype=torch.long)  # (N, steps+1), bos first
-        tokens[:, 0] = sp.bos
-        cum = torch.zeros(bsz * k, steps)  # (N, steps) cumulative log-prob after each token
-        attn = torch.zeros(bsz * k, steps, src_len) if need_attn else None  # (N, steps, S)
-        sent = torch.arange(bsz)  # original sentence of each active sentence
-        row_max = max_lens.repeat_interleave(k)  # (N,)
-        finished: list[list[Hypothesis]] = [[] for _ in range(bsz)]
-        n_done = torch.zeros(bsz, dtype=torch.long)  # finished hypotheses per original sentence
+        # The beam best non-eos candidates continue (at most k of the 2k are eos).
+        live_scores = cand_scores.masked_fill(is_eos, NEG_INF)  # (n, 2k)
+        sel_scores, sel_pos = live_scores.topk(min(k, width), dim=1)  # (n, k)
+        if sel_pos.size(1) < k:  # tiny vocabulary: pad with dead beams
+            fill = k - sel_pos.size(1)
+            sel_pos = torch.cat([sel_pos, sel_pos[:, :1].expand(n, fill)], 1)
+            sel_scores = torch.cat([sel_scores, torch.full((n, fill), NEG_INF)], 1)
+        rows = cand_rows.gather(1, sel_pos)[keep].view(-1)  # (n'*k,) parents of the new beams
+        kept = torch.nonzero(keep).squeeze(1)  # (n',)
+        drop = int(beams.pads[rows].min()) if not bool(keep.all()) else 0  # columns no remaining row owns
+        share = ens.can_share_encoder  # encoder-side rows: one per sentence, or one per beam
+        if first:  # one row per sentence so far: each becomes its k beams
+            states = ens.reorder_states(beams.states, rows, keep_encoder=share)
+            encs = beams.encs if share else ens.reorder_encoder(beams.encs, rows)
+        elif bool(keep.all()):  # beams re-ranked within their sentences
+            states = ens.reorder_states(beams.states, rows, keep_encoder=True)
+            encs = beams.encs
+        else:  # sentences left: the encoder output and its cache lose their rows
+            enc_rows = kept if share else (kept.unsqueeze(1) * k + torch.arange(k)).view(-1)
+            states = ens.reorder_states(beams.states, rows, encoder_order=enc_rows, drop_left=drop)
+            encs = ens.reorder_encoder(beams.encs, enc_rows)
+        kept_list = kept.tolist()
+        fields = beams.extended_fields(rows, cand_tokens.gather(1, sel_pos)[keep].view(-1),
+                                       sel_scores[keep].view(-1), drop, encs, states)
+        return Beams(**fields, ids=[beams.ids[i] for i in kept_list], n_done=beams.n_done[keep],
+                     finished=[beams.finished[i] for i in kept_list]), results
 
-        for step in range(steps):
-            n = sent.numel()
-            if step == 0:  # the k beams of a sentence are one prefix: decode it once per sentence
-                lprobs, step_attn = ens.step(tokens[::k, :1], encs, states, need_attn)  # (n, V)
-                self.apply_rules(lprobs, 0, tokens[::k, 1:1], row_max[::k])
-                if attn is not None and step_attn is not None:
-                    attn[:, 0] = step_attn.repeat_interleave(k, 0)
-                vocab = lprobs.size(1)
-                cand = lprobs  # (n, V)
-            else:
-                lprobs, step_attn = ens.step(tokens[:, : step + 1], encs, states, need_attn)  # (n*k, V)
-                self.apply_rules(lprobs, step, tokens[:, 1: step + 1], row_max)
-                if attn is not None and step_attn is not None:
-                    attn[:, step] = step_attn
-                vocab = lprobs.size(1)
-                cand = lprobs.add_(cum[:, step - 1].unsqueeze(1)).view(n, k * vocab)  # (n, k*V), in place
-            width = min(2 * k, cand.size(1))
-            cand_scores, cand_idx = cand.topk(width, dim=1)  # (n, 2k)
-            cand_beams = torch.div(cand_idx, vocab, rounding_mode="floor")  # (n, 2k)
-            cand_tokens = cand_idx % vocab  # (n, 2k)
-            cand_rows = torch.arange(n).unsqueeze(1) * k + cand_beams  # (n, 2k) row of the parent
+    def _best(self, hyps: list[Hypothesis]) -> list[Hypothesis]:
+        return sorted(hyps, key=lambda x: -x.score)[: self.cfg.nbest]
 
-            is_eos = cand_tokens == sp.eos  # (n, 2k)
-            eos_top = is_eos[:, :k] & torch.isfinite(cand_scores[:, :k])  # (n, k) finalisable
-            room = (k - n_done[sent]).unsqueeze(1)  # (n, 1)
-            take = eos_top & (eos_top.cumsum(1) <= room)  # (n, k)
-            if bool(take.any()):
-                self._finalise(take, cand_rows, cand_scores, tokens, cum, attn, step, sent, finished)
-                n_done[sent] += take.sum(1)
-            done = (n_done[sent] >= k) | (max_lens[sent] <= step)  # (n,)
-
-            # The beam best non-eos candidates continue (at most k of the 2k are eos).
-            live_scores = cand_scores.masked_fill(is_eos, NEG_INF)  # (n, 2k)
-            sel_scores, sel_pos = live_scores.topk(min(k, width), dim=1)  # (n, k)
-            if sel_pos.size(1) < k:  # tiny vocabulary: pad with dead beams
-                fill = k - sel_pos.size(1)
-                sel_pos = torch.cat([sel_pos, sel_pos[:, :1].expand(n, fill)], 1)
-                sel_scores = torch.cat([sel_scores, torch.full((n, fill), NEG_INF)], 1)
-            keep = ~done  # (n,)
-            if not bool(keep.any()):
-                break
-            rows = cand_rows.gather(1, sel_pos)[keep].view(-1)  # (n'*k,) parents of the new beams
-            tokens = tokens[rows]
-            tokens[:, step + 1] = cand_tokens.gather(1, sel_pos)[keep].view(-1)
-            cum = cum[rows]
-            cum[:, step] = sel_scores[keep].view(-1)
-            if attn is not None:
-                attn = attn[rows]
-            row_max = row_max[rows]
-            kept = torch.nonzero(keep).squeeze(1)  # (n',)
-            if step == 0:  # one row per sentence so far: each becomes its k beams
-                expand = kept.repeat_interleave(k)  # (n'*k,)
-                states = ens.reorder_states(states, expand)
-                encs = ens.reorder_encoder(encs, expand)
-            elif bool(keep.all()):  # beams re-ranked within their sentences
-                states = ens.reorder_states(states, rows, within_sentences=True)
-            else:  # sentences left: the encoder output and its cache lose their rows
-                states = ens.reorder_states(states, rows)
-                encs = ens.reorder_encoder(encs, (kept.unsqueeze(1) * k + torch.arange(k)).view(-1))
-            sent = sent[keep]
-
-        nbest = self.cfg.nbest
-        return [sorted(h, key=lambda x: -x.score)[:nbest] for h in finished]
-
-    def _finalise(self, take: torch.Tensor, cand_rows: torch.Tensor, cand_scores: torch.Tensor,
-                  tokens: torch.Tensor, cum: torch.Tensor, attn: torch.Tensor | None, step: int,
-                  sent: torch.Tensor, finished: list[list[Hypothesis]]) -> None:
+    def _finalise(self, beams: Beams, take: torch.Tensor, cand_rows: torch.Tensor, cand_scores: torch.Tensor,
+                  step_of: torch.Tensor) -> None:
         """Store the eos candidates marked in ``take`` (n, k) as finished hypotheses."""
-        pos = take.nonzero()  # (F, 2) (active sentence, candidate rank)
-        rows = cand_rows[pos[:, 0], pos[:, 1]]  # (F,)
+        pos = take.nonzero()  # (F, 2) (sentence, candidate rank)
+        rows = cand_rows[pos[:, 0], pos[:, 1]].tolist()  # (F,)
         totals = cand_scores[pos[:, 0], pos[:, 1]]  # (F,)
-        seqs = tokens[rows, 1: step + 2].clone()  # (F, step+1)
-        seqs[:, step] = self.sp.eos
-        running = torch.cat([cum[rows, :step], totals.unsqueeze(1)], 1)  # (F, step+1)
-        positional = running - torch.nn.functional.pad(running[:, :-1], (1, 0))  # (F, step+1)
-        scores = self.normalise(totals, step + 1).tolist()
-        owners = sent[pos[:, 0]].tolist()
-        for i, owner in enumerate(owners):
-            a = attn[rows[i], : step + 1].clone() if attn is not None else None
-            finished[owner].append(Hypothesis(seqs[i], scores[i], positional[i], a))
+        width = beams.window.size(1)
+        for f, (sentence, row) in enumerate(zip(pos[:, 0].tolist(), rows)):
+            s = int(step_of[row])  # tokens before the eos
+            seq = torch.cat([beams.window[row, width - s:], beams.window.new_tensor([self.sp.eos])])  # (s+1,)
+            running = torch.cat([beams.scores[row, width - s - 1:], totals[f:f + 1]])  # (s+2,) from bos on
+            positional = running[1:] - running[:-1]  # (s+1,)
+            a = beams.attn[row, width - s - 1:].clone() if beams.attn is not None else None  # (s+1, S)
+            score = float(self.normalise(totals[f:f + 1], s + 1))
+            beams.finished[sentence].append(Hypothesis(seq, score, positional, a))

@@ -1,0 +1,114 @@
+"""Searching a stream of batches with finished rows refilled by waiting sentences
+(Search.search_stream): every sentence must get exactly what it gets when its batch is searched
+alone, although its rows share the key/value cache with sentences that started earlier
+(right-aligned, left pads masked, positions counted per row)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import nmt.generation.search as search_module
+from nmt.allocator import keep_freed_memory
+from nmt.config.generate import GenerationConfig
+from nmt.generation.ensemble import EnsembleModel
+from nmt.generation.inference import load_ensemble, open_data_dir
+from nmt.generation.search import build_search
+from test_generate_setup import make_checkpoint, make_data_bin
+
+torch.set_num_threads(1)
+N_TEST = 23
+BATCH = 4
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from nmt.data.language_pair_dataset import load_language_pair
+
+    folder = tmp_path_factory.mktemp("refill")
+    data_bin = make_data_bin(folder, n_test=N_TEST)
+    data = open_data_dir(str(data_bin), None, None)
+    ds = load_language_pair(str(data_bin), "test", data.src, data.tgt)
+    batches = []
+    for start in range(0, N_TEST, BATCH):
+        b = ds.collater([ds[i] for i in range(start, min(start + BATCH, N_TEST))])
+        batches.append((b["id"].tolist(), b["net_input"]["src_tokens"], b["net_input"]["src_lengths"]))
+    paths = [str(make_checkpoint(data_bin, folder / f"{n}.pt", seed=n)) for n in (0, 1)]
+    return data, batches, paths
+
+
+def run(search, ens, batches, refill: bool, monkeypatch) -> tuple[dict, int]:
+    """{sentence id: [(tokens, score, positional scores)]} and how many merges happened."""
+    monkeypatch.setattr(search_module, "REFILL_AT", 0.5 if refill else 0.0)
+    merges = []
+    original = EnsembleModel.merge
+
+    def counting(self, *args):
+        merges.append(1)
+        return original(self, *args)
+
+    monkeypatch.setattr(EnsembleModel, "merge", counting)
+    out = {i: [(h.tokens.tolist(), h.score, h.positional_scores) for h in hyps]
+           for i, hyps in search.search_stream(ens, batches)}
+    return out, len(merges)
+
+
+def assert_same(a: dict, b: dict) -> None:
+    assert sorted(a) == sorted(b) == list(range(N_TEST))
+    for sid in a:
+        assert [t for t, _, _ in a[sid]] == [t for t, _, _ in b[sid]], sid
+        assert [s for _, s, _ in a[sid]] == pytest.approx([s for _, s, _ in b[sid]], abs=1e-4)
+        for (_, _, pa), (_, _, pb) in zip(a[sid], b[sid]):
+            assert torch.allclose(pa, pb, atol=1e-4)
+
+
+@pytest.mark.parametrize("models", [1, 2])
+def test_greedy_with_refill_equals_batch_by_batch(setup, monkeypatch, models):
+    data, batches, paths = setup
+    ens = load_ensemble(":".join(paths[:models]), data.src_dict, data.tgt_dict)
+    assert ens.can_merge
+    search = build_search(GenerationConfig(beam=1, max_len_a=1.5, max_len_b=3), data.tgt_dict)
+    alone, merges_off = run(search, ens, batches, refill=False, monkeypatch=monkeypatch)
+    refilled, merges_on = run(search, ens, batches, refill=True, monkeypatch=monkeypatch)
+    assert merges_off == 0 and merges_on > 0
+    assert_same(refilled, alone)
+
+
+def test_beam_with_refill_equals_batch_by_batch(setup, monkeypatch):
+    """Beam search does not refill by default (slower on the CPU, see BeamSearch.refill), but
+    merging beams must stay correct: sentences of several ages share one cache."""
+    data, batches, paths = setup
+    ens = load_ensemble(paths[0], data.src_dict, data.tgt_dict)
+    search = build_search(GenerationConfig(beam=3, nbest=3, max_len_a=1.5, max_len_b=3), data.tgt_dict)
+    assert type(search).refill is False
+    alone, _ = run(search, ens, batches, refill=True, monkeypatch=monkeypatch)
+    monkeypatch.setattr(type(search), "refill", True)
+    refilled, merges = run(search, ens, batches, refill=True, monkeypatch=monkeypatch)
+    assert merges > 0
+    assert_same(refilled, alone)
+
+
+def test_sampling_with_refill_is_seeded(setup, monkeypatch):
+    data, batches, paths = setup
+    ens = load_ensemble(paths[0], data.src_dict, data.tgt_dict)
+    cfg = GenerationConfig(beam=2, nbest=2, max_len_a=1.5, max_len_b=3, search={"name": "sampling"})
+    first, merges = run(build_search(cfg, data.tgt_dict, seed=3), ens, batches, refill=True, monkeypatch=monkeypatch)
+    again, _ = run(build_search(cfg, data.tgt_dict, seed=3), ens, batches, refill=True, monkeypatch=monkeypatch)
+    assert merges > 0 and all(len(first[i]) == 2 for i in first)
+    assert_same(first, again)
+
+
+def test_translate_stream_counts_every_sentence_once(setup):
+    from nmt.generation.inference import Translator
+
+    data, batches, paths = setup
+    ens = load_ensemble(paths[0], data.src_dict, data.tgt_dict)
+    translator = Translator(ens, build_search(GenerationConfig(beam=1, max_len_b=8), data.tgt_dict))
+    ids = [sid for sid, _ in translator.translate_stream(batches)]
+    assert sorted(ids) == list(range(N_TEST)) and translator.sentences == N_TEST and translator.seconds > 0
+
+
+def test_freed_memory_is_kept_on_linux():
+    import sys
+
+    assert keep_freed_memory() is sys.platform.startswith("linux")
