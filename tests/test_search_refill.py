@@ -112,3 +112,21 @@ def test_freed_memory_is_kept_on_linux():
     import sys
 
     assert keep_freed_memory() is sys.platform.startswith("linux")
+
+
+def test_beam_deferring_a_batchs_last_sentences_changes_nothing(setup, monkeypatch):
+    """Without refill, beam search sets a batch's last few sentences aside and searches them again,
+    together, after the last batch; each must still get its own batch's hypotheses."""
+    data, batches, paths = setup
+    ens = load_ensemble(paths[0], data.src_dict, data.tgt_dict)
+    search = build_search(GenerationConfig(beam=3, nbest=2, max_len_a=1.5, max_len_b=3), data.tgt_dict)
+    monkeypatch.setattr(search_module, "DEFER_AT", 0.0)
+    alone, _ = run(search, ens, batches, refill=False, monkeypatch=monkeypatch)
+    deferred = []
+    original = search_module.SentenceQueue.defer
+    monkeypatch.setattr(search_module.SentenceQueue, "defer",
+                        lambda self, sentences, size: (deferred.extend(sentences), original(self, sentences, size)))
+    monkeypatch.setattr(search_module, "DEFER_AT", 0.5)
+    later, _ = run(search, ens, batches, refill=False, monkeypatch=monkeypatch)
+    assert deferred
+    assert_same(later, alone)

@@ -19,6 +19,7 @@ from nmt.registry import SEARCH
 
 NEG_INF = float("-inf")
 REFILL_AT = 0.5  # refill the running batch when fewer than this share of its sentences are left
+DEFER_AT = 1 / 16  # strategies that do not refill: set aside a batch's last sentences at this share
 
 SourceBatch = tuple[list[int], torch.Tensor, torch.Tensor]  # sentence ids, src_tokens (B, S), src_lengths (B,)
 
@@ -193,15 +194,17 @@ class SentenceQueue:
     ``take(running)`` says which to start now: a whole batch's worth when nothing runs; with
     ``refill``, also enough to fill the batch back up once fewer than REFILL_AT of it still
     runs. A batch's worth is the size of the batch the next sentence came in (with --max-tokens
-    it shrinks as sentences get longer)."""
+    it shrinks as sentences get longer). Sentences given to ``defer`` come back, together, once
+    every batch has been taken."""
 
     def __init__(self, batches: Iterable[SourceBatch], pad: int, refill: bool):
         self._batches = iter(batches)
         self._waiting: list[tuple[int, torch.Tensor, int]] = []  # (id, unpadded tokens, batch size)
+        self._deferred: list[tuple[int, torch.Tensor, int]] = []
         self.pad = pad
         self.refill = refill
 
-    def _fetch(self) -> bool:
+    def _fetch_batch(self) -> bool:
         batch = next(self._batches, None)
         if batch is None:
             return False
@@ -209,6 +212,14 @@ class SentenceQueue:
         for i, row, n in zip(ids, src_tokens, src_lengths.tolist()):
             self._waiting.append((int(i), row[:n], len(ids)))
         return True
+
+    def _fetch(self) -> bool:
+        """Add the next batch's sentences to those waiting, or else the deferred ones; False: none left."""
+        if self._fetch_batch():
+            return True
+        added, self._deferred = self._deferred, []
+        self._waiting.extend(added)
+        return bool(added)
 
     def take(self, running: int) -> Optional[SourceBatch]:
         """The sentences to start while ``running`` sentences are being searched (None: none now)."""
@@ -226,6 +237,15 @@ class SentenceQueue:
         for r, (_, t, _) in enumerate(chosen):
             tokens[r, : len(t)] = t
         return [i for i, _, _ in chosen], tokens, lengths
+
+    def should_defer(self, running: int, size: int) -> bool:
+        """Whether to set aside the ``running`` last sentences of a batch of ``size``: few are left
+        and other batches wait (never the deferred ones themselves: they run to the end)."""
+        return running <= DEFER_AT * size and (bool(self._waiting) or self._fetch_batch())
+
+    def defer(self, sentences: list[tuple[int, torch.Tensor]], size: int) -> None:
+        """Search these (id, unpadded tokens) again from the start, after every batch."""
+        self._deferred.extend((i, t, size) for i, t in sentences)
 
     def empty(self) -> bool:
         return not self._waiting and not self._fetch()

@@ -48,13 +48,22 @@ class BeamSearch(Search):
     @torch.inference_mode()
     def search_stream(self, ens: EnsembleModel, batches: Iterable[SourceBatch],
                       need_attn: bool = False) -> Iterator[tuple[int, list[Hypothesis]]]:
-        queue = SentenceQueue(batches, self.sp.pad, refill=self.refill and ens.can_merge and not need_attn)
+        """Batch after batch; without refill, a batch's last few sentences (DEFER_AT of it, usually
+        long outputs) are set aside and searched again, all together, after the last batch, so they
+        do not decode alone for tens of steps per batch. They get the same hypotheses either way."""
+        refill = self.refill and ens.can_merge and not need_attn
+        queue = SentenceQueue(batches, self.sp.pad, refill=refill)
         beams: Optional[Beams] = None
+        sources: dict[int, torch.Tensor] = {}  # running sentence id -> source tokens, to defer it
+        size = 0  # sentences of the batch that started last
         while True:
             new = queue.take(0 if beams is None else len(beams.ids))
             if new is not None:
-                started, done = self._start(ens, *new, need_attn)
-                yield from done
+                ids, src_tokens, src_lengths = new
+                sources.update({i: row[:n] for i, row, n in zip(ids, src_tokens, src_lengths.tolist())})
+                size = len(ids) if beams is None else max(size, len(ids))
+                started, done = self._start(ens, ids, src_tokens, src_lengths, need_attn)
+                yield from self._forget(done, sources)
                 if started is not None:
                     beams = started if beams is None else Beams(
                         **beams.merged_fields(started, ens, self.sp.pad), ids=beams.ids + started.ids,
@@ -63,8 +72,19 @@ class BeamSearch(Search):
                 if queue.empty():
                     return
                 continue
+            if not refill and queue.should_defer(len(beams.ids), size):
+                queue.defer([(i, sources.pop(i)) for i in beams.ids], size)
+                beams = None
+                continue
             beams, done = self._advance(ens, beams, need_attn)
-            yield from done
+            yield from self._forget(done, sources)
+
+    @staticmethod
+    def _forget(done: list[tuple[int, list[Hypothesis]]],
+                sources: dict[int, torch.Tensor]) -> Iterator[tuple[int, list[Hypothesis]]]:
+        for i, hyps in done:
+            sources.pop(i, None)
+            yield i, hyps
 
     def _start(self, ens: EnsembleModel, ids: list[int], src_tokens: torch.Tensor, src_lengths: torch.Tensor,
                need_attn: bool) -> tuple[Optional[Beams], list[tuple[int, list[Hypothesis]]]]:
