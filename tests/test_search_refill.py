@@ -130,3 +130,24 @@ def test_beam_deferring_a_batchs_last_sentences_changes_nothing(setup, monkeypat
     later, _ = run(search, ens, batches, refill=False, monkeypatch=monkeypatch)
     assert deferred
     assert_same(later, alone)
+
+
+def test_a_strategy_with_only_search_is_streamed_batch_by_batch(setup):
+    """A user strategy may implement just ``search`` (one batch); nmt-generate's stream then runs it
+    batch after batch. One implementing neither method is refused when used."""
+    from nmt.generation.search import Hypothesis, Search
+
+    data, batches, paths = setup
+    ens = load_ensemble(paths[0], data.src_dict, data.tgt_dict)
+    seen = []
+
+    class Echo(Search):
+        def search(self, ens, src_tokens, src_lengths, need_attn=False):
+            seen.append(src_tokens.size(0))
+            return [[Hypothesis(row[:n], 0.0, torch.zeros(int(n)))] for row, n in zip(src_tokens, src_lengths)]
+
+    specials = build_search(GenerationConfig(), data.tgt_dict).sp
+    out = dict(Echo(GenerationConfig(), specials).search_stream(ens, batches))
+    assert sorted(out) == list(range(N_TEST)) and seen == [len(ids) for ids, _, _ in batches]
+    with pytest.raises(NotImplementedError, match="neither"):
+        Search(GenerationConfig(), specials).search(ens, *batches[0][1:])
