@@ -99,5 +99,4 @@ class PathSearch(Search):
             states = ens.reorder_states(paths.states, keep, drop_left=drop)
             fields = paths.extended_fields(keep, nxt[keep], scores[keep], drop, encs, states)
             return Paths(**fields, ids=[paths.ids[r] for r in keep.tolist()])
-        everyone = torch.arange(nxt.size(0))
-        return Paths(**paths.extended_fields(everyone, nxt, scores, 0, paths.encs, paths.states), ids=paths.ids)
+        return Paths(**paths.extended_fields(None, nxt, scores, 0, paths.encs, paths.states), ids=paths.ids)

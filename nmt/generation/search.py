@@ -171,10 +171,15 @@ class Rows:
                     pads=torch.cat([self.pads + width - self.window.size(1), other.pads + width - other.window.size(1)]),
                     row_max=torch.cat([self.row_max, other.row_max]), attn=None)
 
-    def extended_fields(self, rows: torch.Tensor, tokens: torch.Tensor, scores: torch.Tensor, drop: int,
+    def extended_fields(self, rows: Optional[torch.Tensor], tokens: torch.Tensor, scores: torch.Tensor, drop: int,
                         encs: list[Any], states: list[dict]) -> dict[str, Any]:
-        """The fields after keeping ``rows`` (parents) and appending their next ``tokens`` (N',) and
-        ``scores`` (N',); the ``drop`` leading columns no kept row owns are forgotten."""
+        """The fields after keeping ``rows`` (parents; None: every row, in place) and appending their
+        next ``tokens`` (N',) and ``scores`` (N',); the ``drop`` leading columns no kept row owns are
+        forgotten."""
+        if rows is None:
+            return dict(encs=encs, states=states, window=torch.cat([self.window, tokens.unsqueeze(1)], 1),
+                        scores=torch.cat([self.scores, scores.unsqueeze(1)], 1), pads=self.pads,
+                        row_max=self.row_max, attn=self.attn)
         return dict(encs=encs, states=states,
                     window=torch.cat([self.window[rows, drop:], tokens.unsqueeze(1)], 1),
                     scores=torch.cat([self.scores[rows, drop:], scores.unsqueeze(1)], 1),

@@ -100,22 +100,25 @@ class BeamSearch(Search):
                       torch.zeros(n, 0, src_tokens.size(1)) if need_attn else None,
                       ids=list(ids), n_done=torch.zeros(n, dtype=torch.long), finished=[[] for _ in range(n)])
         beams.add_attention(step_attn)
-        return self._choose(ens, beams, lprobs, torch.arange(n).unsqueeze(1), first=True)
+        return self._choose(ens, beams, lprobs, torch.arange(n).unsqueeze(1), torch.zeros(n, dtype=torch.long),
+                            first=True)
 
     def _advance(self, ens: EnsembleModel, beams: Beams,
                  need_attn: bool) -> tuple[Optional[Beams], list[tuple[int, list[Hypothesis]]]]:
         """One step of every running row."""
         k, n = self.cfg.beam, len(beams.ids)
         lprobs, step_attn = ens.step(beams.window, beams.encs, beams.states, need_attn)  # (N, V)
-        self.apply_rules(lprobs, beams.steps(), beams.window[:, 1:], beams.row_max)
+        step_of = beams.steps()  # (N,) tokens each row generated before this one
+        self.apply_rules(lprobs, step_of, beams.window[:, 1:], beams.row_max)
         beams.add_attention(step_attn)
         cand = lprobs.add_(beams.scores[:, -1:]).view(n, -1)  # (n, k*V), in place
-        return self._choose(ens, beams, cand, torch.arange(n).unsqueeze(1) * k, first=False)
+        return self._choose(ens, beams, cand, torch.arange(n).unsqueeze(1) * k, step_of, first=False)
 
     def _choose(self, ens: EnsembleModel, beams: Beams, cand: torch.Tensor, first_row: torch.Tensor,
-                first: bool) -> tuple[Optional[Beams], list[tuple[int, list[Hypothesis]]]]:
+                step_of: torch.Tensor, first: bool) -> tuple[Optional[Beams], list[tuple[int, list[Hypothesis]]]]:
         """From the candidate scores ``cand`` (n, width*V) of each sentence (its rows from
-        ``first_row`` (n, 1) on), finalise the eos ones and keep the k best others as new beams."""
+        ``first_row`` (n, 1) on; ``step_of`` (N,) tokens each row generated so far), finalise the eos
+        ones and keep the k best others as new beams."""
         sp, k = self.sp, self.cfg.beam
         n, vocab = cand.size(0), cand.size(1) if first else cand.size(1) // k
         width = min(2 * k, cand.size(1))
@@ -124,7 +127,6 @@ class BeamSearch(Search):
         cand_tokens = cand_idx % vocab  # (n, 2k)
         cand_rows = first_row + cand_beams  # (n, 2k) row of the parent
 
-        step_of = beams.steps()  # (N,) tokens generated before this one
         is_eos = cand_tokens == sp.eos  # (n, 2k)
         eos_top = is_eos[:, :k] & torch.isfinite(cand_scores[:, :k])  # (n, k) finalisable
         room = (k - beams.n_done).unsqueeze(1)  # (n, 1)
