@@ -24,7 +24,6 @@ import click
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from nmt.config.model import ModelConfig
 from nmt.plugin_loader import load_plugins
 from nmt.registry import ATTENTION
 
@@ -118,12 +117,12 @@ def main(dim: int, heads: int, window: int, max_n: int, threads: int, png: str) 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     load_plugins()
-    cfg = ModelConfig(attention_window=window)
     results: dict[str, list[tuple[int, float, int]]] = {}
     print(f"d_model {dim}, {heads} heads, batch 1, r = {window}, {threads} threads, fp32")
     print(f"{'attention':28} {'n':>6} {'fwd+bwd ms':>11} {'peak MiB':>9}")
     for label, name, need_weights, longest in VARIANTS:
-        layer = ATTENTION.get(name)(dim, heads, self_attention=True, causal=False, dropout=0.0, cfg=cfg)
+        options = {"attention_window": window} if name == "restricted" else {}
+        layer = ATTENTION.build(name, options, dim, heads, self_attention=True, causal=False, dropout=0.0)
         for n in (n for n in LENGTHS if n <= min(longest, max_n)):
             x = torch.randn(1, n, dim, requires_grad=True)
             seconds = time_step(layer, x, need_weights)

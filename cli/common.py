@@ -132,13 +132,3 @@ def _build(prog: str, schema: type, run: Callable[[Any], Any], help: str | None,
 
     return GroupedCommand(prog, params=params, callback=callback, help=help,
                           context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-
-
-def not_implemented(prog: str) -> Callable[[], None]:
-    """Entry point of a command whose issue has not landed yet."""
-
-    def main() -> None:
-        click.echo(f"{prog}: not implemented yet", err=True)
-        sys.exit(2)
-
-    return main

@@ -38,7 +38,7 @@ def _list_and_exit(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 
 def preset(cfg):  # type: ignore[no-untyped-def]
     """The --arch preset; `--arch help` lists the plugins instead of training."""
-    if cfg.model.arch in ("help", "list"):
+    if cfg.model.arch.name in ("help", "list"):
         click.echo(plugin_listing())
         sys.exit(0)
     return arch_preset(cfg)

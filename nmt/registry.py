@@ -19,18 +19,27 @@ import dataclasses
 import difflib
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+import importlib
+from typing import Any, Callable, Iterator, TypeVar
 
+from nmt.config.fields import to_dataclass
 from nmt.errors import ConfigError
+
+T = TypeVar("T")
+
+
+@dataclass
+class NoOptions:
+    """The config of a plugin that declares no options of its own."""
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One registered plugin: the object, its optional config dataclass and where it came from."""
+    """One registered plugin: its class, its config dataclass and where it came from."""
 
     name: str
     obj: Any
-    config: type | None
+    config: type
     origin: str  # "module:qualname (file)" of the registering object, for error messages
     help: str = ""
 
@@ -52,20 +61,34 @@ def did_you_mean(name: str, choices: list[str]) -> str:
 
 
 class Registry:
-    """A name -> plugin table for one kind of component (attention, optimizer, ...)."""
+    """A name -> plugin table for one kind of component (attention, optimizer, ...).
 
-    def __init__(self, kind: str, option: str | None = None):
+    The one contract, for every kind: a plugin is a subclass of the kind's base class (``base``,
+    "module:Class", imported only when a plugin of this kind registers), registered with its own
+    config dataclass, and made by :meth:`build` as ``cls(config_instance, *context)``, where the
+    context arguments are the kind's (docs/writing-plugins.md has the table)."""
+
+    def __init__(self, kind: str, base: str, option: str | None = None):
         self.kind = kind
+        self.base = base
         self.option = option or f"--{kind.replace('_', '-')}"  # the flag users choose it with
         self._entries: dict[str, Entry] = {}
 
-    def register(self, name: str, config: type | None = None, help: str = "") -> Callable:
-        """Decorator: ``@registry.register("name", config=SomeDataclass)``."""
-        if config is not None and not dataclasses.is_dataclass(config):
-            raise TypeError(f"{self.kind} plugin {name!r}: config must be a dataclass, got {config!r}")
+    def base_class(self) -> type:
+        module, _, name = self.base.partition(":")
+        return getattr(importlib.import_module(module), name)
 
-        def decorator(obj: Any) -> Any:
+    def register(self, name: str, config: type | None = None, help: str = "") -> Callable[[T], T]:
+        """Class decorator: ``@registry.register("name", config=ItsOptionsDataclass)``."""
+        if config is not None and not (isinstance(config, type) and dataclasses.is_dataclass(config)):
+            raise TypeError(f"{self.kind} plugin {name!r}: config must be a dataclass class, got {config!r}")
+
+        def decorator(obj: T) -> T:
             origin = _origin_of(obj)
+            base = self.base_class()
+            if not (isinstance(obj, type) and issubclass(obj, base)):
+                raise ConfigError(f'{self.kind} plugin "{name}" ({origin}) must be a subclass of '
+                                  f'{base.__module__}.{base.__qualname__}; see docs/writing-plugins.md')
             old = self._entries.get(name)
             if old is not None and old.origin != origin:
                 raise ConfigError(
@@ -73,12 +96,12 @@ class Registry:
                     "rename one of them"
                 )
             doc = help or (inspect.getdoc(obj) or "").split("\n")[0]
-            self._entries[name] = Entry(name, obj, config, origin, doc)
+            self._entries[name] = Entry(name, obj, config or NoOptions, origin, doc)
             return obj
 
         return decorator
 
-    def __contains__(self, name: str) -> bool:
+    def __contains__(self, name: object) -> bool:
         return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
@@ -90,78 +113,48 @@ class Registry:
     def entry(self, name: str) -> Entry:
         try:
             return self._entries[name]
-        except KeyError:
+        except (KeyError, TypeError):
             choices = self.choices()
             raise ConfigError(
                 f'unknown {self.kind} "{name}" for {self.option}; choices: {", ".join(choices) or "(none)"}.'
-                + did_you_mean(name, choices)
+                + did_you_mean(str(name), choices)
                 + " A plugin of your own is loaded with --user-dir DIR."
             ) from None
 
     def get(self, name: str) -> Any:
+        """The plugin class (for its class attributes; make instances with :meth:`build`)."""
         return self.entry(name).obj
 
-    def config_class(self, name: str) -> type | None:
+    def config_class(self, name: str) -> type:
         return self.entry(name).config
 
-    def build(self, name: str, cfg: Any = None, *args: Any, **kwargs: Any) -> Any:
-        """Instantiate plugin ``name``. ``cfg`` (its config dataclass, a dict, or None) is passed first
-        when the plugin declared a config class."""
-        entry = self.entry(name)
-        if entry.config is None:
-            return entry.obj(*args, **kwargs)
-        return entry.obj(to_dataclass(entry.config, cfg), *args, **kwargs)
+    def options(self, name: str, options: Any = None) -> Any:
+        """Plugin ``name``'s config dataclass filled from ``options`` (a dict, which may hold
+        ``name``; an omegaconf node; an instance; or None for the defaults), validated."""
+        return to_dataclass(self.entry(name).config, options)
+
+    def build(self, name: str, options: Any = None, *context: Any, **kwargs: Any) -> Any:
+        """The one way to make a plugin: ``cls(its config filled from options, *context, **kwargs)``."""
+        return self.get(name)(self.options(name, options), *context, **kwargs)
 
 
-def to_dataclass(cls: type, value: Any) -> Any:
-    """Coerce ``value`` (None, a dict, an omegaconf node or an instance) into dataclass ``cls``."""
-    if value is None:
-        return cls()
-    if isinstance(value, cls):
-        return value
-    from omegaconf import DictConfig, OmegaConf
-
-    if isinstance(value, DictConfig):
-        value = OmegaConf.to_container(value, resolve=True)
-    if dataclasses.is_dataclass(value):
-        value = dataclasses.asdict(value)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(value) - names - {"name"})
-    if unknown:
-        raise ConfigError(f"{cls.__name__}: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
-    kept = {k: v for k, v in value.items() if k in names}
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        schema = OmegaConf.structured(cls)
-    except OmegaConfBaseException:  # a field type omegaconf cannot check: take the values as given
-        return cls(**kept)
-    try:  # typed merge: "1e-9" from a key=value override becomes a float, "abc" is refused
-        return OmegaConf.to_object(OmegaConf.merge(schema, kept))
-    except OmegaConfBaseException as e:
-        raise ConfigError(f"{cls.__name__}: {str(e).splitlines()[0]}") from None
-
-
-TOKENIZER = Registry("tokenizer")
-BPE = Registry("bpe")
-ARCH = Registry("arch")
-MODEL = Registry("model")
-ATTENTION = Registry("attention")
-POSITIONAL = Registry("positional")
-OPTIMIZER = Registry("optimizer")
-LR_SCHEDULER = Registry("lr_scheduler", option="--lr-scheduler")
-CRITERION = Registry("criterion")
-SEARCH = Registry("search", option="--search")
+TOKENIZER = Registry("tokenizer", "nmt.data.text_pipeline:Tokenizer")
+BPE = Registry("bpe", "nmt.data.text_pipeline:BPE")
+ARCH = Registry("arch", "nmt.models.architecture:Architecture")
+ATTENTION = Registry("attention", "nmt.models.attention:AttentionBase")
+POSITIONAL = Registry("positional", "nmt.models.positional:PositionalBase")
+OPTIMIZER = Registry("optimizer", "torch.optim:Optimizer")
+LR_SCHEDULER = Registry("lr_scheduler", "nmt.training.lr_scheduler:LRScheduler", option="--lr-scheduler")
+CRITERION = Registry("criterion", "nmt.training.criterion:Criterion")
+SEARCH = Registry("search", "nmt.generation.search:Search", option="--search")
 
 REGISTRIES: dict[str, Registry] = {
-    r.kind: r
-    for r in (TOKENIZER, BPE, ARCH, MODEL, ATTENTION, POSITIONAL, OPTIMIZER, LR_SCHEDULER, CRITERION, SEARCH)
+    r.kind: r for r in (TOKENIZER, BPE, ARCH, ATTENTION, POSITIONAL, OPTIMIZER, LR_SCHEDULER, CRITERION, SEARCH)
 }
 
 register_tokenizer = TOKENIZER.register
 register_bpe = BPE.register
 register_arch = ARCH.register
-register_model = MODEL.register
 register_attention = ATTENTION.register
 register_positional = POSITIONAL.register
 register_optimizer = OPTIMIZER.register

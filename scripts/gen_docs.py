@@ -153,10 +153,10 @@ def render_plugins() -> str:
             entry = registry.entry(name)
             lines += [f"### {kind}: `{name}`", "", f"{entry.help}", "", f"Defined in `{entry.obj.__module__}`.", ""]
             if kind == "arch":
-                values = ", ".join(f"`{k}={v}`" for k, v in entry.obj().items())
+                values = ", ".join(f"`{k}={v}`" for k, v in entry.obj.preset.items())
                 lines += [f"Sets {values}; each can still be overridden by YAML, a flag or `key=value`.", ""]
                 continue
-            if entry.config is None:
+            if not dataclasses.fields(entry.config):
                 lines += ["No options of its own.", ""]
                 continue
             hints = typing.get_type_hints(entry.config)

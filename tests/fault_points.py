@@ -29,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+FP16_ON_CPU_ENV = "NMT_TEST_FP16_ON_CPU"
 FAULT_ENV = "NMT_TEST_FAULT"
 MARKER_ENV = "NMT_TEST_FAULT_MARKER"
 
@@ -152,6 +153,10 @@ def main() -> None:
     spec = os.environ.get(FAULT_ENV)
     if spec:
         install(spec)
+    if os.environ.get(FP16_ON_CPU_ENV):  # run --fp16's loss scaler on the CPU (the model stays fp32)
+        from nmt.training import precision
+
+        precision.fp16_available = lambda device: True
     from nmt.cli.train import main as train_main
 
     train_main(sys.argv[1:])

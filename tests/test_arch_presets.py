@@ -54,7 +54,7 @@ def test_layers_merge_in_order_defaults_preset_yaml_flags_overrides(tmp_path):
 
 def test_arch_named_in_yaml_applies_its_preset(tmp_path):
     m = resolve(tmp_path, "model:\n  arch: transformer_small\n")
-    assert (m.encoder_attention_heads, m.encoder_ffn_embed_dim, m.arch) == (4, 1024, "transformer_small")
+    assert (m.encoder_attention_heads, m.encoder_ffn_embed_dim, m.arch.name) == (4, 1024, "transformer_small")
 
 
 def test_unknown_arch_is_a_config_error_with_a_suggestion():

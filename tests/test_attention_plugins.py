@@ -4,7 +4,6 @@ sentence, restricted == a dense band mask otherwise, weights path == fused path,
 import pytest
 import torch
 
-from nmt.config.model import ModelConfig
 from nmt.models.attention import AttentionBase, allowed_mask, softmax_attention
 from nmt.plugin_loader import load_plugins
 from nmt.registry import ATTENTION
@@ -15,8 +14,9 @@ torch.set_num_threads(1)
 
 def make(name, dim=16, heads=2, causal=False, self_attention=True, window=4, seed=0):
     torch.manual_seed(seed)
-    return ATTENTION.get(name)(dim, heads, self_attention=self_attention, causal=causal, dropout=0.0,
-                               cfg=ModelConfig(attention_window=window)).double().eval()
+    options = {"attention_window": window} if name == "restricted" else {}
+    return ATTENTION.build(name, options, dim, heads, self_attention=self_attention, causal=causal,
+                           dropout=0.0).double().eval()
 
 
 def inputs(b=2, n=11, dim=16, pad_from=7, seed=1):

@@ -10,7 +10,7 @@ from torch import nn
 
 from nmt.errors import ConfigError
 from nmt.plugin_loader import load_plugins
-from nmt.training.criterion import build_criterion, label_smoothed_nll_loss, reduce_metrics
+from nmt.training.criterion import build_criterion, label_smoothed_nll_loss, loss_metrics
 
 PAD, V = 1, 11
 torch.set_num_threads(1)
@@ -180,15 +180,15 @@ def test_sentence_avg_uses_sentences_as_sample_size():
     assert sample_size == log["sample_size"] == 3
 
 
-def test_reduce_metrics_reports_bits_per_token_and_ppl():
-    logs = [{"loss": 10.0, "nll_loss": 8.0, "ntokens": 5, "nsentences": 2, "sample_size": 5},
-            {"loss": 6.0, "nll_loss": 4.0, "ntokens": 3, "nsentences": 1, "sample_size": 3}]
-    out = reduce_metrics(logs)
+def test_loss_metrics_report_bits_per_token_and_ppl():
+    sums = {"loss": 16.0, "nll_loss": 12.0, "ntokens": 8, "nsentences": 3, "sample_size": 8}
+    out = loss_metrics(sums)
     assert out["loss"] == pytest.approx(16.0 / 8 / math.log(2))
     assert out["nll_loss"] == pytest.approx(12.0 / 8 / math.log(2))
     assert out["ppl"] == pytest.approx(2 ** out["nll_loss"])
-    assert out["ntokens"] == 8 and out["nsentences"] == 3
-    assert reduce_metrics([])["loss"] == 0.0
+    assert loss_metrics({})["loss"] == 0.0
+    assert loss_metrics({"nll_loss": 1e9, "ntokens": 1})["ppl"] == math.inf  # a diverged run logs, not crashes
+    assert build_criterion({"name": "cross_entropy"}, PAD).reduce_metrics(sums) == out
 
 
 def test_bad_label_smoothing_is_a_config_error():

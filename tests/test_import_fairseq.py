@@ -316,7 +316,7 @@ def test_fairseq_positions_grow_past_the_table_and_keep_their_values():
     from nmt.registry import POSITIONAL
 
     load_plugins()
-    small, big = POSITIONAL.get("fairseq_sinusoidal")(D, 4), POSITIONAL.get("fairseq_sinusoidal")(D, 64)
+    small, big = POSITIONAL.build("fairseq_sinusoidal", None, D, 4), POSITIONAL.build("fairseq_sinusoidal", None, D, 64)
     torch.testing.assert_close(small(10, offset=20), big(10, offset=20))  # grown on demand
     tokens = torch.tensor([[5, 6, 7, 8, 9]])  # the reference's positions of tokens 2..4 (fairseq's 4, 5, 6)
     expected = ref_positions(tokens, "encoder", tiny_args(), {})[0, 2:]

@@ -36,8 +36,11 @@ class FakeDict:
 def tiny(**overrides):
     cfg = dict(encoder_embed_dim=16, encoder_ffn_embed_dim=32, encoder_layers=2, encoder_attention_heads=2,
                decoder_embed_dim=16, decoder_ffn_embed_dim=32, decoder_layers=2, decoder_attention_heads=2,
-               dropout=0.1, attention_window=2, max_source_positions=64, max_target_positions=64)
-    cfg.update(overrides)
+               dropout=0.1, max_source_positions=64, max_target_positions=64)
+    cfg.update({k: {"name": v} if isinstance(v, str) and k.endswith(("attention", "positional")) else v
+                for k, v in overrides.items()})
+    if cfg.get("attention", {}).get("name") == "restricted":
+        cfg["attention"]["attention_window"] = 2
     torch.manual_seed(0)
     return build_model(cfg, FakeDict(24), FakeDict(32)).eval().double()
 
@@ -187,7 +190,7 @@ def test_plugin_names_are_recorded_and_restricted_stays_out_of_cross_attention()
 
 def test_learned_positions_past_the_table_are_a_clear_error():
     model = tiny(positional="learned", max_source_positions=8)
-    with pytest.raises(DataError, match="max_source_positions=8"):
+    with pytest.raises(DataError, match="--max-source-positions 8"):
         model.encoder(tokens(1, 9, 24, 16))
 
 

@@ -25,8 +25,10 @@ def data(tmp_path_factory) -> Path:
     return make_toy_task(tmp_path_factory.mktemp("numerical"), n_train=200, n_valid=8)
 
 
-def train(data: Path, save_dir: Path, fault: str, *extra: str) -> subprocess.CompletedProcess:
+def train(data: Path, save_dir: Path, fault: str, *extra: str, fp16_on_cpu: bool = False) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NMT_TEST_FAULT": fault}
+    if fp16_on_cpu:
+        env["NMT_TEST_FP16_ON_CPU"] = "1"
     args = [str(data), "--arch", "transformer_tiny", "--encoder-layers", "1", "--decoder-layers", "1",
             "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
             "--decoder-ffn-embed-dim", "32", "--share-all-embeddings", "--max-tokens", "128", "--max-update", "6",
@@ -54,8 +56,7 @@ def test_non_finite_loss_or_gradient_stops_with_the_update_and_the_last_good_che
 
 def test_fp16_overflow_skips_the_update_lowers_the_scale_and_logs_it(data, tmp_path):
     save_dir = tmp_path / "ckpt"
-    done = train(data, save_dir, "inf-grad:3", "--fp16", "--fp16-init-scale", "64",
-                 "precision.fp16_scaler_on_cpu=true")
+    done = train(data, save_dir, "inf-grad:3", "--fp16", "--fp16-init-scale", "64", fp16_on_cpu=True)
     assert done.returncode == 0, done.stderr[-3000:]
     logged = [line for line in done.stderr.splitlines() if "overflow" in line]
     assert len(logged) == 1 and logged[0].endswith("update 3: fp16 gradient overflow, update skipped; "

@@ -88,8 +88,9 @@ def test_user_dir_optimizer_built_by_name(tmp_path):
             half_sgd_scale: float = opt(0.5, "Multiply the learning rate by this.")
 
         @register_optimizer("test_half_sgd", config=HalfSGDConfig)
-        def build(cfg, params, lr):
-            return torch.optim.SGD(params, lr=lr * cfg.half_sgd_scale)
+        class HalfSGD(torch.optim.SGD):
+            def __init__(self, cfg, params, lr):
+                super().__init__(params, lr=lr * cfg.half_sgd_scale)
     '''))
     import_user_dir(tmp_path)
     cfg = resolve_config(Job, flags={"optimizer.name": "test_half_sgd", "optimizer.half_sgd_scale": 0.25})

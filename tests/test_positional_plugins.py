@@ -14,7 +14,7 @@ load_plugins()
 
 
 def test_sinusoidal_matches_the_formula_at_any_length_without_parameters():
-    pe = POSITIONAL.get("sinusoidal")(6, max_positions=4)
+    pe = POSITIONAL.build("sinusoidal", None, 6, max_positions=4)
     table = pe(50, offset=3)  # longer than max_positions: the table grows
     assert table.shape == (50, 6) and list(pe.parameters()) == [] and pe.state_dict() == {}
     for pos in (3, 17, 52):
@@ -26,11 +26,11 @@ def test_sinusoidal_matches_the_formula_at_any_length_without_parameters():
 
 
 def test_sinusoidal_odd_dimension():
-    assert POSITIONAL.get("sinusoidal")(5, max_positions=8)(3).shape == (3, 5)
+    assert POSITIONAL.build("sinusoidal", None, 5, max_positions=8)(3).shape == (3, 5)
 
 
 def test_learned_table_has_max_positions_rows_and_refuses_beyond():
-    pe = POSITIONAL.get("learned")(8, max_positions=10, option="model.max_target_positions")
+    pe = POSITIONAL.build("learned", None, 8, max_positions=10, option="--max-target-positions")
     assert pe.weight.shape == (10, 8)
     assert torch.equal(pe(3, offset=7), pe.weight[7:10])
     with pytest.raises(DataError, match="max_target_positions=10"):
@@ -40,7 +40,7 @@ def test_learned_table_has_max_positions_rows_and_refuses_beyond():
 @pytest.mark.parametrize("name", ["sinusoidal", "fairseq_sinusoidal", "learned"])
 def test_one_position_per_row_reads_the_same_table(name):
     """Rows decoding at different steps (a refilled batch) each get their own position."""
-    pe = POSITIONAL.get(name)(6, max_positions=40)
+    pe = POSITIONAL.build(name, None, 6, max_positions=40)
     positions = torch.tensor([0, 5, 2, 30, 5])
     table = pe(31)  # positions 0 .. 30
     assert torch.equal(pe.at(positions), table[positions])

@@ -1,12 +1,23 @@
-"""The plugin registry: duplicate names, unknown names, building with a config dataclass."""
+"""The plugin registry: duplicate names, unknown names, the base class, building with a config dataclass."""
 
 from dataclasses import dataclass
 
 import pytest
 
-from nmt.config.fields import opt
+from nmt.config.fields import opt, to_dataclass
 from nmt.errors import ConfigError
-from nmt.registry import Registry, did_you_mean, to_dataclass
+from nmt.registry import NoOptions, Registry, did_you_mean
+
+
+class Widget:
+    """The base class of the test registry's plugins."""
+
+    def __init__(self, cfg, *context):
+        self.cfg, self.context = cfg, context
+
+
+def widgets() -> Registry:
+    return Registry("widget", f"{__name__}:Widget")
 
 
 @dataclass
@@ -16,15 +27,15 @@ class WidgetConfig:
 
 
 def test_duplicate_name_names_both_places():
-    reg = Registry("widget")
+    reg = widgets()
 
     @reg.register("round")
-    class Round:
+    class Round(Widget):
         pass
 
     with pytest.raises(ConfigError) as e:
         @reg.register("round")
-        class OtherRound:
+        class OtherRound(Widget):
             pass
 
     msg = str(e.value)
@@ -34,9 +45,9 @@ def test_duplicate_name_names_both_places():
 
 
 def test_unknown_name_lists_choices_and_suggests():
-    reg = Registry("widget")
+    reg = widgets()
     for name in ("square", "round", "triangle"):
-        reg.register(name)(type(name, (), {}))
+        reg.register(name)(type(name, (Widget,), {}))
     with pytest.raises(ConfigError) as e:
         reg.get("sqare")
     msg = str(e.value)
@@ -48,27 +59,36 @@ def test_unknown_name_lists_choices_and_suggests():
     assert did_you_mean("adamw", ["adam", "sgd"]) == ' Did you mean "adam"?'
 
 
-def test_build_passes_a_config_dataclass_first():
-    reg = Registry("widget")
+def test_build_passes_the_plugins_own_config_first():
+    reg = widgets()
 
     @reg.register("boxed", config=WidgetConfig)
-    class Boxed:
-        def __init__(self, cfg, extra):
-            self.cfg, self.extra = cfg, extra
+    class Boxed(Widget):
+        pass
 
     @reg.register("plain")
-    class Plain:
-        def __init__(self, extra):
-            self.extra = extra
+    class Plain(Widget):
+        pass
 
-    built = reg.build("boxed", {"size": 7}, "x")
-    assert built.cfg == WidgetConfig(size=7, label="w") and built.extra == "x"
+    built = reg.build("boxed", {"name": "boxed", "size": 7}, "x")
+    assert built.cfg == WidgetConfig(size=7, label="w") and built.context == ("x",)
     assert reg.build("boxed", None, 1).cfg == WidgetConfig()
-    assert reg.build("plain", None, "y").extra == "y"
+    plain = reg.build("plain", None, "y")
+    assert plain.cfg == NoOptions() and plain.context == ("y",)
+    with pytest.raises(ConfigError, match="unknown option.*size"):
+        reg.build("plain", {"size": 2})
     with pytest.raises(ConfigError, match="unknown option.*colour"):
         reg.build("boxed", {"colour": "red"}, 1)
     with pytest.raises(TypeError, match="must be a dataclass"):
         reg.register("bad", config=dict)
+
+
+def test_a_plugin_must_subclass_its_kinds_base_class():
+    reg = widgets()
+    with pytest.raises(ConfigError, match="must be a subclass of test_registry.Widget"):
+        reg.register("loose")(type("Loose", (), {}))
+    with pytest.raises(ConfigError, match="must be a subclass"):
+        reg.register("function")(lambda cfg: None)
 
 
 def test_to_dataclass_accepts_instances_dicts_and_ignores_name():
@@ -81,7 +101,7 @@ def test_plugin_options_from_overrides_are_typed():
     """A key=value override arrives as a string: "1e-9" must become a float, "abc" a ConfigError."""
     from nmt.errors import ConfigError
     from nmt.plugin_loader import load_plugins
-    from nmt.registry import OPTIMIZER, to_dataclass
+    from nmt.registry import OPTIMIZER
 
     load_plugins()
     cfg_cls = OPTIMIZER.entry("adam").config

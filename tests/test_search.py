@@ -14,6 +14,7 @@ from nmt.config.generate import GenerationConfig
 from nmt.errors import ConfigError
 from nmt.generation.ensemble import EnsembleModel
 from nmt.generation.search import Specials, build_search
+from nmt.registry import NoOptions
 from nmt.plugins.search.beam import BeamSearch
 from test_search_toy_models import EOS, PAD, SPECIALS, TableModel, TinyNeuralModel
 
@@ -62,8 +63,9 @@ def test_beam_one_equals_greedy():
     model = TinyNeuralModel(seed=3)
     greedy = run(model, src, lengths, beam=1, search={"name": "greedy"}, max_len_b=12)
     beam1 = run(model, src, lengths, beam=1, search={"name": "beam"}, max_len_b=12)
-    forced_beam = BeamSearch(GenerationConfig(beam=1, max_len_b=12), Specials.of(SPECIALS)).search(
-        EnsembleModel([model]), src, lengths)  # the beam code itself, not its greedy fast path
+    beam_code = BeamSearch(NoOptions(), GenerationConfig(beam=1, max_len_b=12), Specials.of(SPECIALS))
+    beam_code.greedy = None  # the beam code itself, not its greedy fast path
+    forced_beam = beam_code.search(EnsembleModel([model]), src, lengths)
     for g, b, fb in zip(greedy, beam1, forced_beam):
         assert g[0].tokens.tolist() == b[0].tokens.tolist() == fb[0].tokens.tolist()
         assert g[0].score == pytest.approx(fb[0].score, abs=1e-5)

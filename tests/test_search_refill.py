@@ -14,6 +14,7 @@ from nmt.config.generate import GenerationConfig
 from nmt.generation.ensemble import EnsembleModel
 from nmt.generation.inference import load_ensemble, open_data_dir
 from nmt.generation.search import build_search
+from nmt.registry import NoOptions
 from test_generate_setup import make_checkpoint, make_data_bin
 
 torch.set_num_threads(1)
@@ -147,7 +148,7 @@ def test_a_strategy_with_only_search_is_streamed_batch_by_batch(setup):
             return [[Hypothesis(row[:n], 0.0, torch.zeros(int(n)))] for row, n in zip(src_tokens, src_lengths)]
 
     specials = build_search(GenerationConfig(), data.tgt_dict).sp
-    out = dict(Echo(GenerationConfig(), specials).search_stream(ens, batches))
+    out = dict(Echo(NoOptions(), GenerationConfig(), specials).search_stream(ens, batches))
     assert sorted(out) == list(range(N_TEST)) and seen == [len(ids) for ids, _, _ in batches]
     with pytest.raises(NotImplementedError, match="neither"):
-        Search(GenerationConfig(), specials).search(ens, *batches[0][1:])
+        Search(NoOptions(), GenerationConfig(), specials).search(ens, *batches[0][1:])

@@ -10,6 +10,7 @@ import pytest
 
 from nmt.config.train import LoggingConfig
 from nmt.training import train_log
+from nmt.training.criterion import build_criterion
 from nmt.training.metrics import UpdateMeter, ValidMeter, format_value
 from nmt.training.train_log import TrainLog
 
@@ -20,7 +21,7 @@ def _update(loss_nats_per_token: float, ntokens: int, nsentences: int, **extra):
 
 
 def test_interval_figures_are_token_weighted():
-    meter = UpdateMeter()
+    meter = UpdateMeter(build_criterion({"name": "cross_entropy"}, 1))
     meter.add(_update(1.0, 100, 10), seconds=1.0)
     meter.add(_update(3.0, 300, 30, clipped=True), seconds=1.0)
     out = meter.summary(num_updates=2, wall=5.0)
@@ -34,7 +35,7 @@ def test_interval_figures_are_token_weighted():
 
 
 def test_valid_meter_reports_per_batch_sizes():
-    meter = ValidMeter()
+    meter = ValidMeter(build_criterion({"name": "cross_entropy"}, 1))
     for n in (100, 300):
         meter.add(_update(2.0, n, n // 10))
     out = meter.summary(num_updates=7)

@@ -83,8 +83,16 @@ def _inject(trainer, value: float):
     return trainer.params[0].register_hook(lambda g: torch.full_like(g, value))
 
 
-def test_fp16_overflow_step_is_skipped_and_scale_lowered(toy_bin, tmp_path):
-    run = build_run(toy_bin, tmp_path, "precision.fp16=true", "precision.fp16_scaler_on_cpu=true",
+@pytest.fixture
+def fp16_on_cpu(monkeypatch):
+    """Run --fp16's loss scaler on the CPU (the model stays fp32: float16 autocast is CUDA-only)."""
+    from nmt.training import precision
+
+    monkeypatch.setattr(precision, "fp16_available", lambda device: True)
+
+
+def test_fp16_overflow_step_is_skipped_and_scale_lowered(toy_bin, tmp_path, fp16_on_cpu):
+    run = build_run(toy_bin, tmp_path, "precision.fp16=true",
                     "precision.fp16_scale_window=2", "precision.fp16_init_scale=64")
     t = run.trainer
     batches = list(run.train_itr.next_epoch_itr())
@@ -104,10 +112,10 @@ def test_fp16_overflow_step_is_skipped_and_scale_lowered(toy_bin, tmp_path):
     assert not all(torch.equal(a, b) for a, b in zip(before, _params(t)))
 
 
-def test_fp16_loss_scaling_gives_the_fp32_update(toy_bin, tmp_path):
+def test_fp16_loss_scaling_gives_the_fp32_update(toy_bin, tmp_path, fp16_on_cpu):
     """Scaling the loss by S and the gradients by 1/S must not change the update."""
     runs = [build_run(toy_bin, tmp_path / "a"),
-            build_run(toy_bin, tmp_path / "b", "precision.fp16=true", "precision.fp16_scaler_on_cpu=true",
+            build_run(toy_bin, tmp_path / "b", "precision.fp16=true",
                       "precision.fp16_init_scale=1024")]
     for run in runs:
         batch = next(run.train_itr.next_epoch_itr())

@@ -14,6 +14,8 @@ from typing import Any
 import click
 import yaml
 
+from nmt.config.fields import allowed_text, flag_of
+from nmt.errors import ConfigError
 from nmt.registry import REGISTRIES
 
 
@@ -59,14 +61,19 @@ class YamlValue(click.ParamType):
 
 
 def _default_text(f: dataclasses.Field) -> str:
-    if f.default is not dataclasses.MISSING:
-        return "" if f.default is None else f" [default: {f.default}]"
-    return ""
+    allowed = allowed_text(f)
+    text = f" ({allowed})" if allowed and not f.metadata.get("choices") else ""
+    if f.metadata.get("choices"):
+        text += f" Choices: {', '.join(str(c) for c in f.metadata['choices'])}."
+    if f.default is not dataclasses.MISSING and f.default is not None:
+        text += f" [default: {f.default}]"
+    return text
 
 
 def flag_specs(schema: type) -> list[FlagSpec]:
     """The flags of a command: its config fields, plus the options of every registered plugin
-    of each plugin group (so ``--adam-betas`` exists once the adam plugin is registered)."""
+    of each plugin group (so ``--adam-betas`` exists once the adam plugin is registered; a site's
+    group prefixes them: ``--encoder-attention-window``)."""
     specs: dict[str, FlagSpec] = {}
     hints_cache: dict[type, dict[str, Any]] = {}
 
@@ -78,7 +85,9 @@ def flag_specs(schema: type) -> list[FlagSpec]:
     def add(spec: FlagSpec) -> None:
         old = specs.get(spec.flag)
         if old is not None and old.path != spec.path:
-            raise RuntimeError(f"flag {spec.flag} maps to both {old.path} and {spec.path}")
+            where = ", ".join(old.plugins + spec.plugins) or "the config"
+            raise ConfigError(f"flag {spec.flag} would set both {old.path} and {spec.path} ({where}); rename the "
+                              "plugin option")
         if old is None:
             specs[spec.flag] = spec
         else:
@@ -93,25 +102,28 @@ def flag_specs(schema: type) -> list[FlagSpec]:
             if not f.metadata.get("cli", True):
                 continue
             group = f.metadata.get("group") or section
-            flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
             kind = f.metadata.get("plugin_group")
             if kind:
-                registry = REGISTRIES[kind]
-                helptext = f"{f.metadata.get('help', '')} Choices: {', '.join(registry.choices())}." \
-                           f" [default: {f.default_factory()['name']}]"  # type: ignore[misc]
-                add(FlagSpec(flag, prefix + f.name + ".name", click.STRING, helptext, group, True))
-                for name in registry.choices():
-                    pcls = registry.config_class(name)
-                    if pcls is None:
-                        continue
-                    for pf in dataclasses.fields(pcls):
-                        pflag = pf.metadata.get("flag") or "--" + pf.name.replace("_", "-")
-                        phelp = f"{pf.metadata.get('help', '')}{_default_text(pf)}"
-                        add(FlagSpec(pflag, f"{prefix}{f.name}.{pf.name}", _click_type(hints(pcls)[pf.name]),
-                                     phelp, group, plugins=(f"{kind} {name}",)))
+                plugin_flags(f, kind, prefix + f.name, group)
                 continue
-            add(FlagSpec(flag, prefix + f.name, _click_type(tp), f.metadata.get("help", "") + _default_text(f),
+            add(FlagSpec(flag_of(f), prefix + f.name, _click_type(tp), f.metadata.get("help", "") + _default_text(f),
                          group))
+
+    def plugin_flags(f: dataclasses.Field, kind: str, path: str, group: str) -> None:
+        registry = REGISTRIES[kind]
+        default = f.default_factory()["name"]  # type: ignore[misc]
+        inherit = str(f.metadata.get("inherit")).replace("_", "-")
+        shown = default if default is not None else f"as --{inherit}, with its options"
+        helptext = f"{f.metadata.get('help', '')} Choices: {', '.join(registry.choices())}. [default: {shown}]"
+        add(FlagSpec(flag_of(f), path + ".name", click.STRING, helptext, group, True))
+        option_prefix = f.metadata.get("option_prefix", "")
+        for name in registry.choices():
+            pcls = registry.config_class(name)
+            for pf in dataclasses.fields(pcls):
+                pflag = "--" + option_prefix + flag_of(pf)[2:]
+                phelp = f"{pf.metadata.get('help', '')}{_default_text(pf)}"
+                add(FlagSpec(pflag, f"{path}.{pf.name}", _click_type(hints(pcls)[pf.name]), phelp, group,
+                             plugins=(f"{kind} {name}",)))
 
     walk(schema, "", "options")
     for spec in specs.values():

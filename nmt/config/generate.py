@@ -21,16 +21,17 @@ class GenerationConfig:
     """What the search may produce and how hypotheses are scored."""
 
     search: dict = plugin_group("search", "beam", "Search strategy.", flag="--search", group=GEN)
-    beam: int = opt(5, "Beam size (for sampling: the number of samples drawn per sentence).", group=GEN)
-    nbest: int = opt(1, "Hypotheses to output per sentence (at most --beam).", group=GEN)
+    beam: int = opt(5, "Beam size (for sampling: the number of samples drawn per sentence).", low=1, group=GEN)
+    nbest: int = opt(1, "Hypotheses to output per sentence (at most --beam).", low=1, group=GEN)
     max_len_a: float = opt(0.0, "Output length limit: a * source length + b (source length counts its eos).",
-                           group=GEN)
-    max_len_b: int = opt(200, "Output length limit: a * source length + b.", group=GEN)
-    min_len: int = opt(1, "Minimum output length (tokens before the end of sentence).", group=GEN)
+                           low=0, group=GEN)
+    max_len_b: int = opt(200, "Output length limit: a * source length + b.", low=0, group=GEN)
+    min_len: int = opt(1, "Minimum output length (tokens before the end of sentence).", low=0, group=GEN)
     lenpen: float = opt(1.0, "Length penalty: hypothesis score = sum of log-probs / length^lenpen "
                              "(< 1 favours short outputs, > 1 long ones).", group=GEN)
     unkpen: float = opt(0.0, "Unknown-word penalty, subtracted from <unk>'s log-probability.", group=GEN)
-    no_repeat_ngram_size: int = opt(0, "Never repeat an n-gram of this size in an output (0: off).", group=GEN)
+    no_repeat_ngram_size: int = opt(0, "Never repeat an n-gram of this size in an output (0: off).", low=0,
+                                    group=GEN)
     print_alignment: bool = opt(False, "Print A- lines: for each target token the source position it "
                                        "attends most (last decoder layer's cross-attention, averaged over heads).",
                                 group=GEN)
@@ -45,10 +46,11 @@ class InferenceConfig:
     bf16: bool = opt(False, "Run the models in bfloat16 (weights cast once; log-probabilities stay fp32). Faster on "
                                 "CPUs with bf16 support and on GPUs; hypotheses may differ slightly from fp32.",
                      group="inference")
-    threads: Optional[int] = opt(None, "torch intra-op threads [default: torch's choice].", group="inference")
-    max_tokens: Optional[int] = opt(None, "Maximum source tokens (padding included) in a batch.", group="inference")
-    batch_size: Optional[int] = opt(None, "Maximum sentences in a batch [default: 128 when --max-tokens is unset].",
+    threads: Optional[int] = opt(None, "torch intra-op threads [default: torch's choice].", low=1, group="inference")
+    max_tokens: Optional[int] = opt(None, "Maximum source tokens (padding included) in a batch.", low=1,
                                     group="inference")
+    batch_size: Optional[int] = opt(None, "Maximum sentences in a batch [default: 128 when --max-tokens is unset].",
+                                    low=1, group="inference")
     quiet: bool = opt(False, "Print only the summary (speed, BLEU), not the hypotheses.", group="inference")
 
 
@@ -76,7 +78,7 @@ class GenerateJob(TranslateJob):
     attention_plot: Optional[str] = opt(None, "Save cross-attention heatmaps (PNG, one per head) of the first "
                                               "--attention-plot-sentences sentences in this folder "
                                               "(needs matplotlib).")
-    attention_plot_sentences: int = opt(3, "How many sentences --attention-plot draws.")
+    attention_plot_sentences: int = opt(3, "How many sentences --attention-plot draws.", low=1)
     attention_layer: int = opt(-1, "Decoder layer whose cross-attention --attention-plot draws (-1: the last).")
 
 
@@ -85,7 +87,7 @@ class InteractiveJob(TranslateJob):
     """`nmt-interactive DATA --path CKPT`: translate raw sentences from stdin or --input."""
 
     input: str = opt("-", "File of raw sentences, one per line ('-': stdin).")
-    buffer_size: int = opt(64, "Sentences read before a batch is translated.")
+    buffer_size: int = opt(64, "Sentences read before a batch is translated.", low=1)
     verbose: bool = opt(False, "Print fairseq's S-/H-/D-/P- lines instead of only the translations.")
 
 
@@ -97,6 +99,7 @@ class AverageJob:
     inputs: Optional[str] = opt(None, "Checkpoint files joined by ':' (or ','), or one folder with "
                                       "--num-epoch-checkpoints / --num-update-checkpoints.")
     output: Optional[str] = opt(None, "The averaged checkpoint to write.")
-    num_epoch_checkpoints: Optional[int] = opt(None, "Average the last N checkpointEPOCH.pt files of the folder.")
+    num_epoch_checkpoints: Optional[int] = opt(None, "Average the last N checkpointEPOCH.pt files of the folder.",
+                                               low=1)
     num_update_checkpoints: Optional[int] = opt(None, "Average the last N checkpoint_EPOCH_UPDATE.pt files of the "
-                                                      "folder.")
+                                                      "folder.", low=1)

@@ -21,7 +21,9 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 
 from nmt.errors import ConfigError, UsageError
 from nmt.fileio import atomic_write_text
-from nmt.registry import REGISTRIES, did_you_mean, to_dataclass
+from nmt.config.compat import MOVED_KEYS
+from nmt.config.fields import as_group, check_values, flag_of, inherited_group, literal
+from nmt.registry import REGISTRIES, did_you_mean
 
 Preset = Callable[[DictConfig], "dict[str, Any] | None"]
 
@@ -68,6 +70,8 @@ def parse_overrides(schema: type, overrides: list[str] | tuple[str, ...]) -> dic
         if key not in paths and not any(p.startswith(head + ".") or p == head for p in paths):
             if len(by_leaf.get(key, [])) == 1:
                 key = by_leaf[key][0]
+            elif key in MOVED_KEYS:
+                raise ConfigError(f'override "{item}": "{key}" is now {MOVED_KEYS[key]}')
             else:
                 hint = did_you_mean(key, list(paths) + list(by_leaf))
                 many = f" (ambiguous: {', '.join(by_leaf[key])})" if key in by_leaf else ""
@@ -99,19 +103,51 @@ def load_yaml(path: str | Path | None) -> dict[str, Any]:
     return data
 
 
+def _plugin_group_fields(schema: type, prefix: str = "") -> dict[str, dataclasses.Field]:
+    """Every plugin group of ``schema``: dotted path -> its field."""
+    out: dict[str, dataclasses.Field] = {}
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):
+        if dataclasses.is_dataclass(hints[f.name]):
+            out.update(_plugin_group_fields(hints[f.name], prefix + f.name + "."))
+        elif f.metadata.get("plugin_group"):
+            out[prefix + f.name] = f
+    return out
+
+
+def _shorthand(schema: type, layer: dict[str, Any]) -> dict[str, Any]:
+    """A plugin group given as a bare name (``model.attention=restricted``, ``arch: transformer_tiny``
+    in YAML) means ``{"name": ...}``; every value's ``${...}`` stays literal text."""
+    layer = literal(layer)
+    for path in _plugin_group_fields(schema):
+        *parents, last = path.split(".")
+        node = layer
+        for p in parents:
+            node = node.get(p) if isinstance(node, dict) else None
+        if isinstance(node, dict) and last in node:
+            node[last] = as_group(node[last])
+    return layer
+
+
+def _unknown_key(schema: type, where: str, key: str) -> ConfigError:
+    moved = MOVED_KEYS.get(key) or MOVED_KEYS.get(key.rsplit(".", 1)[-1])
+    if moved:
+        return ConfigError(f'{where}: "{key}" is now {moved}')
+    paths = list(leaf_paths(schema))
+    leaf = key.rsplit(".", 1)[-1]
+    same_leaf = [p for p in paths if p.rsplit(".", 1)[-1] == leaf]  # right name, wrong section
+    hint = (f' Did you mean "{same_leaf[0]}"?' if len(same_leaf) == 1 else did_you_mean(key, paths)
+            or did_you_mean(leaf, [p.rsplit(".", 1)[-1] for p in paths]))
+    return ConfigError(f'{where}: unknown config key "{key}".{hint}')
+
+
 def _merge(schema: type, layers: list[tuple[str, dict[str, Any]]]) -> DictConfig:
     cfg = OmegaConf.structured(schema)
     for where, layer in layers:
         try:
-            cfg = OmegaConf.merge(cfg, OmegaConf.create(layer))
+            cfg = OmegaConf.merge(cfg, OmegaConf.create(_shorthand(schema, layer)))
         except ConfigKeyError as e:
-            key = getattr(e, "full_key", None) or str(e)
-            paths = list(leaf_paths(schema))
-            leaf = str(key).rsplit(".", 1)[-1]
-            same_leaf = [p for p in paths if p.rsplit(".", 1)[-1] == leaf]  # right name, wrong section
-            hint = (f' Did you mean "{same_leaf[0]}"?' if len(same_leaf) == 1 else did_you_mean(str(key), paths)
-                    or did_you_mean(leaf, [p.rsplit(".", 1)[-1] for p in paths]))
-            raise ConfigError(f'{where}: unknown config key "{key}".{hint}') from None
+            raise _unknown_key(schema, where, str(getattr(e, "full_key", None) or e)) from None
         except ValidationError as e:
             key = getattr(e, "full_key", "?")
             msg = str(e).splitlines()[0]
@@ -121,27 +157,31 @@ def _merge(schema: type, layers: list[tuple[str, dict[str, Any]]]) -> DictConfig
     return cfg
 
 
-def _complete_plugin_groups(schema: type, cfg: DictConfig, prefix: str = "") -> None:
-    """Validate each plugin group's options against its plugin's config class; fill defaults."""
-    hints = typing.get_type_hints(schema)
-    for f in dataclasses.fields(schema):
-        kind = f.metadata.get("plugin_group")
-        if dataclasses.is_dataclass(hints[f.name]):
-            _complete_plugin_groups(hints[f.name], cfg[f.name], prefix + f.name + ".")
-        elif kind:
-            node = OmegaConf.to_container(cfg[f.name], resolve=True)
-            name = node.pop("name", None)
-            registry = REGISTRIES[kind]
-            entry = registry.entry(name)
-            options: dict[str, Any] = {}
-            if entry.config is not None:
-                try:
-                    options = dataclasses.asdict(to_dataclass(entry.config, node))
-                except ConfigError as e:
-                    raise ConfigError(f'{prefix}{f.name} "{name}": {e}') from None
-            elif node:
-                raise ConfigError(f'{kind} "{name}" takes no options, but got: {", ".join(sorted(node))}')
-            cfg[f.name] = {"name": name, **options}
+def _complete_plugin_groups(schema: type, cfg: DictConfig) -> None:
+    """Check each plugin group's name and options against its plugin's config class and fill in that
+    plugin's defaults. A group that inherits (a site's attention) keeps only what was given for it:
+    it is checked as it will be used, merged over the group it inherits from."""
+    fields = _plugin_group_fields(schema)
+    inheriting = {p: f for p, f in fields.items() if f.metadata.get("inherit")}
+    for path, f in sorted(fields.items(), key=lambda pf: pf[0] in inheriting):  # inherited-from groups first
+        kind = f.metadata["plugin_group"]
+        node = OmegaConf.to_container(OmegaConf.select(cfg, path), resolve=False)
+        shared = None
+        if path in inheriting:
+            shared = OmegaConf.to_container(OmegaConf.select(cfg, path.rsplit(".", 1)[0] + "." + f.metadata["inherit"]
+                                                             if "." in path else f.metadata["inherit"]), resolve=False)
+        if shared is not None and node.get("name") in (None, shared.get("name")):
+            effective, filled = inherited_group(node, shared), node
+        else:
+            effective = filled = node
+        name = effective.get("name")
+        try:
+            options = dataclasses.asdict(REGISTRIES[kind].options(name, effective))
+        except ConfigError as e:
+            raise ConfigError(f"{path} ({flag_of(f)} {name}): {e}") from None
+        if filled is node and shared is not None and node.get("name") is None:
+            continue  # inherits: keep only the options given for it
+        OmegaConf.update(cfg, path, {"name": name, **options}, merge=False)
 
 
 def resolve_config(schema: type, *, yaml_file: str | Path | None = None, flags: dict[str, Any] | None = None,
@@ -158,13 +198,14 @@ def resolve_config(schema: type, *, yaml_file: str | Path | None = None, flags: 
         if values:
             cfg = _merge(schema, [("preset", values)] + user_layers)
     _complete_plugin_groups(schema, cfg)
+    check_values(OmegaConf.to_object(cfg))
     return cfg
 
 
 def to_yaml(cfg: Any) -> str:
     if dataclasses.is_dataclass(cfg):
         cfg = OmegaConf.structured(cfg)
-    return OmegaConf.to_yaml(cfg, resolve=True)
+    return OmegaConf.to_yaml(cfg, resolve=False)
 
 
 def save_config(cfg: Any, path: str | Path) -> None:
@@ -176,4 +217,4 @@ def to_plain(cfg: Any) -> dict[str, Any]:
     """Plain dicts/lists/scalars (safe to store inside a weights_only checkpoint)."""
     if dataclasses.is_dataclass(cfg):
         cfg = OmegaConf.structured(cfg)
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    return OmegaConf.to_container(cfg, resolve=False)  # type: ignore[return-value]

@@ -23,7 +23,7 @@ class PlotConfig:
     valid_subset: str = opt("valid", "Which validation subset's curve to draw.", group=GROUP)
     linear_ppl: bool = opt(False, "Draw perplexity on a linear axis instead of a logarithmic one.", group=GROUP)
     title: Optional[str] = opt(None, "Title above the panels.", group=GROUP)
-    dpi: int = opt(100, "Resolution of the PNG (dots per inch).", group=GROUP)
+    dpi: int = opt(100, "Resolution of the PNG (dots per inch).", low=10, high=1200, group=GROUP)
 
 
 @dataclass

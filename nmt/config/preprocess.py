@@ -26,18 +26,18 @@ class PreprocessConfig:
     input_format: str = opt("auto", "Input compression: plain, gz, or auto (detect PREFIX.LANG or .gz).",
                             choices=["auto", "plain", "gz"], group=G_IO)
     overwrite: bool = opt(False, "Replace a destdir that already holds different data.", group=G_IO)
-    workers: int = opt(1, "Processes to split the work over (output identical to --workers 1).", group=G_IO)
+    workers: int = opt(1, "Processes to split the work over (output identical to --workers 1).", low=1, group=G_IO)
     keep_text: bool = opt(False, "Also keep the tokenized+BPE text of each split in DESTDIR/text/.", group=G_IO)
 
     joined_dictionary: bool = opt(False, "One dictionary for both languages (and joint BPE codes).", group=G_DICT)
     srcdict: Optional[str] = opt(None, "Reuse this source dictionary instead of building one.", group=G_DICT)
     tgtdict: Optional[str] = opt(None, "Reuse this target dictionary instead of building one.", group=G_DICT)
-    thresholdsrc: int = opt(0, "Map source words seen fewer than this many times to <unk>.", group=G_DICT)
-    thresholdtgt: int = opt(0, "Map target words seen fewer than this many times to <unk>.", group=G_DICT)
+    thresholdsrc: int = opt(0, "Map source words seen fewer than this many times to <unk>.", low=0, group=G_DICT)
+    thresholdtgt: int = opt(0, "Map target words seen fewer than this many times to <unk>.", low=0, group=G_DICT)
     nwordssrc: int = opt(-1, "Keep at most this many source symbols, the 4 specials included (-1: all).",
-                         group=G_DICT)
+                         low=-1, group=G_DICT)
     nwordstgt: int = opt(-1, "Keep at most this many target symbols, the 4 specials included (-1: all).",
-                         group=G_DICT)
+                         low=-1, group=G_DICT)
 
     tokenizer: Any = plugin_group("tokenizer", "space", "Tokenizer applied to the raw text.", group=G_TEXT)
     bpe: Any = plugin_group("bpe", "none", "Subword model, learned on the training split only.", group=G_TEXT)

@@ -79,3 +79,14 @@ def metadata_languages(data: str | Path, source_lang: str | None,
         return None
     info = json.loads(meta.read_text(encoding="utf-8"))
     return source_lang or info["source_lang"], target_lang or info["target_lang"]
+
+
+def resolve_langs(data: str | Path | None, source_lang: str | None, target_lang: str | None) -> tuple[str, str]:
+    """--source-lang / --target-lang, or the pair recorded in the data-bin's metadata.json."""
+    if not data or not Path(data).is_dir():
+        raise UsageError(f"data-bin folder {data or '(none)'}: no such folder; give the folder nmt-preprocess "
+                         "wrote, e.g. nmt-train data-bin/multi30k_en_de")
+    langs = metadata_languages(data, source_lang, target_lang)
+    if langs is not None:
+        return langs
+    raise UsageError(f"{data}: no metadata.json to read the languages from; pass --source-lang and --target-lang")

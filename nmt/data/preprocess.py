@@ -23,7 +23,7 @@ from nmt.data.corpus_files import as_plain_file, check_nonempty, count_lines, fi
 from nmt.data.data_dir import destdir_state, job_fingerprint, move_into_place, new_temp_dir
 from nmt.data.dictionary import Dictionary
 from nmt.data.indexed_dataset import FORMAT_VERSION
-from nmt.data.text_pipeline import codes_file_name, plugin_config
+from nmt.data.text_pipeline import codes_file_name, plugin_options
 from nmt.errors import DataError, UsageError
 from nmt.fileio import atomic_write_text
 from nmt.registry import BPE, TOKENIZER
@@ -214,7 +214,7 @@ def _text_passes(run: _Run, tokenizer_cls: Any, bpe_cls: Any) -> tuple[dict[str,
     if not bpe_cls.identity:
         if not train_counts:
             _count_train(run, train_counts)
-        bpe_cfg = plugin_config(BPE, cfg.bpe)
+        bpe_cfg = BPE.options(cfg.bpe["name"], plugin_options(cfg.bpe))
         if cfg.joined_dictionary:
             codes = {src: codes_file_name(None), tgt: codes_file_name(None)}
             bpe_cls.learn(bpe_cfg, train_counts[src] + train_counts[tgt], out / codes[src])

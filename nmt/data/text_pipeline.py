@@ -80,27 +80,25 @@ def codes_file_name(lang: str | None) -> str:
     return "bpe.codes" if lang is None else f"bpe.codes.{lang}"
 
 
-def plugin_config(registry: Any, spec: dict[str, Any]) -> Any:
-    """The plugin's config dataclass filled from ``spec`` (``{"name": ..., **options}``), or None."""
-    from nmt.registry import to_dataclass
-
-    cls = registry.config_class(spec["name"])
-    options = {k: v for k, v in spec.items() if k not in ("name", "codes")}
-    return to_dataclass(cls, options) if cls is not None else None
+def plugin_options(spec: dict[str, Any]) -> dict[str, Any]:
+    """A recorded pipeline step's options: ``spec`` without the codes files metadata.json keeps beside them."""
+    return {k: v for k, v in spec.items() if k != "codes"}
 
 
 def build_tokenizer(spec: dict[str, Any], lang: str) -> Tokenizer:
     """Tokenizer plugin ``spec["name"]`` with its options from ``spec``, for language ``lang``."""
     from nmt.registry import TOKENIZER
 
-    return TOKENIZER.get(spec["name"])(plugin_config(TOKENIZER, spec), lang)
+    tokenizer: Tokenizer = TOKENIZER.build(spec["name"], plugin_options(spec), lang)
+    return tokenizer
 
 
 def build_bpe(spec: dict[str, Any], codes_path: Path | None) -> BPE:
     """BPE plugin ``spec["name"]`` with its options, applying the codes in ``codes_path``."""
     from nmt.registry import BPE as BPE_REGISTRY
 
-    return BPE_REGISTRY.get(spec["name"])(plugin_config(BPE_REGISTRY, spec), codes_path)
+    bpe: BPE = BPE_REGISTRY.build(spec["name"], plugin_options(spec), codes_path)
+    return bpe
 
 
 def read_metadata(data_dir: str | Path) -> dict[str, Any]:

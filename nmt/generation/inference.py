@@ -31,12 +31,10 @@ class DataDir:
 
 def open_data_dir(data: str | None, source_lang: str | None, target_lang: str | None) -> DataDir:
     """The languages (from the flags or metadata.json) and dictionaries of ``data``."""
-    from types import SimpleNamespace
-
+    from nmt.data.data_dir import resolve_langs
     from nmt.data.dictionary import Dictionary
-    from nmt.training.job_setup import resolve_langs
 
-    src, tgt = resolve_langs(SimpleNamespace(data=data, source_lang=source_lang, target_lang=target_lang))
+    src, tgt = resolve_langs(data, source_lang, target_lang)
     folder = Path(data)  # type: ignore[arg-type]
     for lang in (src, tgt):
         if not (folder / f"dict.{lang}.txt").is_file():
@@ -74,12 +72,7 @@ def load_ensemble(spec: str | None, src_dict: Any, tgt_dict: Any) -> EnsembleMod
 
 def autocast(bf16: bool) -> ContextManager:
     """bfloat16 autocast for the models when --bf16, else nothing."""
-    if not bf16:
-        return contextlib.nullcontext()
-    from nmt.config.train import PrecisionConfig
-    from nmt.training.precision import Precision
-
-    return Precision(PrecisionConfig(bf16=True), torch.device("cpu")).autocast()
+    return torch.autocast(device_type="cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
 
 def to_bf16(ens: EnsembleModel) -> EnsembleModel:

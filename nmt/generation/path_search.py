@@ -55,7 +55,7 @@ class PathSearch(Search):
             p = self.paths_per_sentence()
             for i in [i for i, hyps in found.items() if len(hyps) == p]:
                 hyps = sorted(found.pop(i), key=lambda h: -h.score)
-                yield i, hyps[: self.cfg.nbest]
+                yield i, hyps[: self.gen.nbest]
             if paths is None and queue.empty():
                 return
 

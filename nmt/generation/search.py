@@ -51,19 +51,16 @@ class Specials:
 
 
 class Search:
-    """A search strategy. ``cfg`` holds the options shared by all strategies; ``plugin_cfg``
-    the strategy's own (its registered config dataclass, or None)."""
+    """A search strategy, constructed as ``cls(cfg, gen, specials, seed)``: ``cfg`` holds the strategy's
+    own options (its registered config dataclass), ``gen`` the options every strategy reads (beam
+    size, length limits, penalties), ``specials`` the dictionary's special indices."""
 
-    def __init__(self, cfg: GenerationConfig, specials: Specials, plugin_cfg: Any = None, seed: int = 1):
-        if cfg.beam < 1:
-            raise ConfigError(f"--beam {cfg.beam}: must be at least 1")
-        if not 1 <= cfg.nbest <= cfg.beam:
-            raise ConfigError(f"--nbest {cfg.nbest}: must be between 1 and --beam ({cfg.beam})")
-        if cfg.no_repeat_ngram_size < 0:
-            raise ConfigError(f"--no-repeat-ngram-size {cfg.no_repeat_ngram_size}: must be >= 0")
+    def __init__(self, cfg: Any, gen: GenerationConfig, specials: Specials, seed: int = 1):
+        if not 1 <= gen.nbest <= gen.beam:
+            raise ConfigError(f"--nbest {gen.nbest}: must be between 1 and --beam ({gen.beam})")
         self.cfg = cfg
+        self.gen = gen
         self.sp = specials
-        self.plugin_cfg = plugin_cfg
         self.seed = seed
 
     def search(self, ens: EnsembleModel, src_tokens: torch.Tensor, src_lengths: torch.Tensor,
@@ -90,9 +87,9 @@ class Search:
 
     def max_lengths(self, ens: EnsembleModel, src_lengths: torch.Tensor) -> torch.Tensor:
         """Per sentence, the most tokens it may generate before its eos: (B,) long."""
-        limit = self.cfg.max_len_a * src_lengths.double() + self.cfg.max_len_b  # (B,)
+        limit = self.gen.max_len_a * src_lengths.double() + self.gen.max_len_b  # (B,)
         cap = ens.max_target_positions() - 1  # the eos needs a position too
-        return limit.floor().long().clamp(min=max(self.cfg.min_len, 1), max=cap)
+        return limit.floor().long().clamp(min=max(self.gen.min_len, 1), max=cap)
 
     def apply_rules(self, lprobs: torch.Tensor, step: int | torch.Tensor, generated: torch.Tensor,
                     max_lens: torch.Tensor) -> torch.Tensor:
@@ -106,14 +103,14 @@ class Search:
         lprobs[:, sp.pad] = NEG_INF
         if sp.bos != sp.eos:
             lprobs[:, sp.bos] = NEG_INF
-        if self.cfg.unkpen:
-            lprobs[:, sp.unk] -= self.cfg.unkpen
+        if self.gen.unkpen:
+            lprobs[:, sp.unk] -= self.gen.unkpen
         if isinstance(step, int):
-            if step < self.cfg.min_len:
+            if step < self.gen.min_len:
                 lprobs[:, sp.eos] = NEG_INF
-        elif self.cfg.min_len > 0:
-            lprobs[:, sp.eos].masked_fill_(step < self.cfg.min_len, NEG_INF)
-        n = self.cfg.no_repeat_ngram_size
+        elif self.gen.min_len > 0:
+            lprobs[:, sp.eos].masked_fill_(step < self.gen.min_len, NEG_INF)
+        n = self.gen.no_repeat_ngram_size
         if n > 0:
             eligible = (step >= n) if isinstance(step, torch.Tensor) else None  # (N,) or None
             if eligible is None:
@@ -136,8 +133,8 @@ class Search:
     def normalise(self, total: torch.Tensor, length: torch.Tensor | int) -> torch.Tensor:
         """fairseq's length penalty: score / len^lenpen (len counts the eos)."""
         if isinstance(length, int):
-            return total / (length ** self.cfg.lenpen)
-        return total / length.double().pow(self.cfg.lenpen).to(total.dtype)
+            return total / (length ** self.gen.lenpen)
+        return total / length.double().pow(self.gen.lenpen).to(total.dtype)
 
 
 @dataclass
@@ -270,16 +267,6 @@ def block_repeated_ngrams(lprobs: torch.Tensor, generated: torch.Tensor, n: int)
     lprobs.masked_fill_(banned > 0, NEG_INF)
 
 
-def build_search(cfg: GenerationConfig, dictionary: Any, seed: int = 1, decoder_start: int | None = None) -> Search:
-    """The strategy ``cfg.search`` names; the beam strategy with --beam 1 becomes greedy."""
-    choice = dict(cfg.search) if cfg.search else {"name": "beam"}
-    name = choice.pop("name", "beam")
-    if name == "beam" and cfg.beam == 1 and "greedy" in SEARCH:
-        name = "greedy"
-    entry = SEARCH.entry(name)
-    plugin_cfg = None
-    if entry.config is not None:
-        from nmt.registry import to_dataclass
-
-        plugin_cfg = to_dataclass(entry.config, choice)
-    return entry.obj(cfg, Specials.of(dictionary, decoder_start), plugin_cfg, seed)
+def build_search(gen: GenerationConfig, dictionary: Any, seed: int = 1, decoder_start: int | None = None) -> Search:
+    """The strategy ``gen.search`` names, with its options."""
+    return SEARCH.build(gen.search["name"], gen.search, gen, Specials.of(dictionary, decoder_start), seed)

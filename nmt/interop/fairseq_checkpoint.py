@@ -71,7 +71,7 @@ def model_config_from_fairseq(args: dict[str, Any], path: Path) -> ModelConfig:
                                 f"is {dim} (projected embeddings)")
     learned = {side: bool(args.get(f"{side}_learned_pos")) for side in ("encoder", "decoder")}
     return ModelConfig(
-        arch="transformer_base",  # a registered preset name; every field below overrides it
+        arch={"name": "transformer_base"},  # a registered preset name; every field below overrides it
         encoder_embed_dim=dim, decoder_embed_dim=dim,
         encoder_ffn_embed_dim=args["encoder_ffn_embed_dim"], decoder_ffn_embed_dim=args["decoder_ffn_embed_dim"],
         encoder_layers=args["encoder_layers"], decoder_layers=args["decoder_layers"],
@@ -85,8 +85,8 @@ def model_config_from_fairseq(args: dict[str, Any], path: Path) -> ModelConfig:
         dropout=float(args.get("dropout", 0.1)), attention_dropout=float(args.get("attention_dropout", 0.0)),
         activation_dropout=float(args.get("activation_dropout", args.get("relu_dropout", 0.0)) or 0.0),
         activation_fn=args.get("activation_fn") or "relu",
-        encoder_positional="learned" if learned["encoder"] else "fairseq_sinusoidal",
-        decoder_positional="learned" if learned["decoder"] else "fairseq_sinusoidal",
+        encoder_positional={"name": "learned" if learned["encoder"] else "fairseq_sinusoidal"},
+        decoder_positional={"name": "learned" if learned["decoder"] else "fairseq_sinusoidal"},
         max_source_positions=int(args.get("max_source_positions", 1024)),
         max_target_positions=int(args.get("max_target_positions", 1024)),
         decoder_start="</s>",

@@ -162,15 +162,15 @@ def _convert_split(prefix_in: Path, prefix_out: Path, dictionary: Dictionary) ->
 
 def _pipeline(tokenizer: str, bpe: str, bpe_codes: str | None, langs: list[str]) -> tuple[dict[str, Any], Path | None]:
     """The metadata.json ``pipeline`` entry of the text processing the fairseq data went through."""
-    from nmt.data.text_pipeline import TEXT_PLUGIN_KINDS, codes_file_name, plugin_config
+    from nmt.data.text_pipeline import TEXT_PLUGIN_KINDS, codes_file_name
     from nmt.plugin_loader import load_plugins
     from nmt.registry import BPE, TOKENIZER
 
     load_plugins(None, TEXT_PLUGIN_KINDS)
     specs = {}
     for registry, name in ((TOKENIZER, tokenizer), (BPE, bpe)):
-        cfg = plugin_config(registry, {"name": name})  # an unknown name is refused here, with the choices
-        specs[registry.kind] = {"name": name, **(dataclasses.asdict(cfg) if cfg is not None else {})}
+        cfg = registry.options(name)  # an unknown name is refused here, with the choices
+        specs[registry.kind] = {"name": name, **dataclasses.asdict(cfg)}
     codes = None
     if bpe_codes:
         codes = Path(bpe_codes)

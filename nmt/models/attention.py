@@ -2,9 +2,10 @@
 only says how queries attend to keys (:meth:`AttentionBase.attend`).
 
 Tensors are batch-first. Inside ``attend`` they are split into heads: ``(B, H, T, D)`` queries and
-``(B, H, S, D)`` keys/values, with ``D = d_model / H``. A plugin is registered by name::
+``(B, H, S, D)`` keys/values, with ``D = d_model / H``. A plugin is registered by name, with its
+own options (a config dataclass, given to the constructor as ``cfg``)::
 
-    @register_attention("multiplicative")
+    @register_attention("multiplicative", config=MultiplicativeConfig)
     class Multiplicative(AttentionBase):
         def attend(self, q, k, v, key_padding_mask, causal, need_weights): ...
 """
@@ -60,8 +61,10 @@ class AttentionBase(nn.Module):
     """Multi-head attention with the projections W^Q, W^K, W^V (one fused matrix for
     self-attention), W^O, and an incremental key/value cache.
 
-    Subclasses implement :meth:`attend`. ``causal`` means query i may only see keys up to its
-    own position; ``self_attention`` means queries, keys and values come from the same input."""
+    Constructed as ``cls(cfg, embed_dim, num_heads, self_attention=..., causal=..., dropout=...)``,
+    ``cfg`` being the plugin's own options. Subclasses implement :meth:`attend`. ``causal`` means
+    query i may only see keys up to its own position; ``self_attention`` means queries, keys and
+    values come from the same input."""
 
     # A plugin that only makes sense as self-attention sets this False; the builder then keeps
     # the default attention for the encoder-decoder role unless --cross-attention names it.
@@ -72,8 +75,8 @@ class AttentionBase(nn.Module):
     # queries interact sets this False, and every beam gets its own copy of the encoder output.
     independent_queries = True
 
-    def __init__(self, embed_dim: int, num_heads: int, *, self_attention: bool, causal: bool = False,
-                 dropout: float = 0.0, cfg: Any = None):
+    def __init__(self, cfg: Any, embed_dim: int, num_heads: int, *, self_attention: bool, causal: bool = False,
+                 dropout: float = 0.0):
         super().__init__()
         if embed_dim % num_heads:
             raise ConfigError(f"attention: d_model {embed_dim} is not divisible by {num_heads} heads; "

@@ -1,23 +1,24 @@
-"""build_model: the one place a model is made from its config and dictionaries. It picks the
-attention / positional plugins per role, checks embedding sharing, and initialises weights
-(xavier-uniform projections inside the modules; embeddings normal(0, d^-0.5), pad row zero)."""
+"""Building a model: :func:`build_model` asks the ``--arch`` plugin for it, and the built-in
+architectures call :func:`build_transformer`, which picks the attention plugin of each site and the
+positional plugin of each side, checks embedding sharing, and initialises weights (xavier-uniform
+projections inside the modules; embeddings normal(0, d^-0.5), pad row zero)."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Optional
 
 import torch
 from torch import nn
 
-from nmt.config.model import ModelConfig, arch_preset  # noqa: F401  (arch_preset re-exported)
+from nmt.config.fields import to_dataclass
+from nmt.config.model import ATTENTION_SITES, POSITIONAL_SIDES, ModelConfig
 from nmt.errors import ConfigError
 from nmt.models.attention import AttentionBase
 from nmt.models.layers import DecoderLayer, EncoderLayer, FeedForward
 from nmt.models.transformer import Embedder, TransformerDecoder, TransformerEncoder, TransformerModel
-from nmt.registry import ATTENTION, POSITIONAL, to_dataclass
+from nmt.registry import ARCH, ATTENTION, POSITIONAL
 
-DEFAULT_ATTENTION = next(f.default for f in dataclasses.fields(ModelConfig) if f.name == "attention")
+DEFAULT_ATTENTION = ModelConfig().attention["name"]
 
 
 def new_embedding(num: int, dim: int, pad: int) -> nn.Embedding:
@@ -28,23 +29,24 @@ def new_embedding(num: int, dim: int, pad: int) -> nn.Embedding:
     return emb
 
 
-def attention_names(cfg: ModelConfig) -> dict[str, str]:
-    """role -> attention plugin name. A plugin that is self-attention only (restricted) chosen
-    with --attention for all roles leaves the encoder-decoder role on the default attention."""
-    names = {role: cfg.attention_for(role) for role in ("encoder", "decoder", "cross")}
-    if cfg.cross_attention is None and not getattr(ATTENTION.get(names["cross"]), "supports_cross_attention", True):
-        names["cross"] = DEFAULT_ATTENTION
-    return names
+def attention_groups(cfg: ModelConfig) -> dict[str, dict[str, Any]]:
+    """site -> attention plugin group. A self-attention-only plugin (restricted) given with --attention
+    for every site leaves the encoder-decoder site on the default attention."""
+    groups = {site: cfg.attention_for(site) for site in ATTENTION_SITES}
+    cross = groups["cross"]
+    if cfg.cross_attention.get("name") is None and not ATTENTION.get(cross["name"]).supports_cross_attention:
+        own = {k: v for k, v in cfg.cross_attention.items() if k != "name"}
+        groups["cross"] = {"name": DEFAULT_ATTENTION, **own}
+    return groups
 
 
-def _attention(name: str, dim: int, heads: int, cfg: ModelConfig, *, self_attention: bool,
-               causal: bool) -> AttentionBase:
-    cls = ATTENTION.get(name)
-    module = cls(dim, heads, self_attention=self_attention, causal=causal, dropout=cfg.attention_dropout, cfg=cfg)
-    if not isinstance(module, AttentionBase):
-        raise ConfigError(f'attention plugin "{name}" ({ATTENTION.entry(name).origin}) must subclass '
-                          "nmt.models.attention.AttentionBase")
-    return module
+def _attention(group: dict[str, Any], site: str, dim: int, heads: int, dropout: float, *,
+               self_attention: bool, causal: bool) -> AttentionBase:
+    try:
+        return ATTENTION.build(group["name"], group, dim, heads, self_attention=self_attention, causal=causal,
+                               dropout=dropout)
+    except ConfigError as e:
+        raise ConfigError(f"{site} attention: {e}") from None
 
 
 def _check_shared_dicts(src_dict: Any, tgt_dict: Any) -> None:
@@ -70,14 +72,18 @@ def _check_shape(cfg: ModelConfig) -> None:
                           f"{cfg.decoder_embed_dim} must be equal (cross-attention mixes them)")
 
 
-def build_model(cfg: ModelConfig | dict, src_dict: Any, tgt_dict: Any) -> TransformerModel:
-    """A TransformerModel for ``cfg`` (a ModelConfig, a dict or an omegaconf node of its values).
-
-    Dictionaries need ``len()`` and ``.pad()`` (and ``fingerprint()`` to be compared exactly)."""
+def build_model(cfg: ModelConfig | dict[str, Any], src_dict: Any, tgt_dict: Any) -> nn.Module:
+    """The model of ``cfg`` (a ModelConfig, a dict or an omegaconf node of its values), built by its
+    ``--arch`` plugin. Dictionaries need ``len()`` and ``.pad()`` (and ``fingerprint()`` to be compared)."""
     cfg = to_dataclass(ModelConfig, cfg)
+    return ARCH.build(cfg.arch["name"], cfg.arch).build_model(cfg, src_dict, tgt_dict)
+
+
+def build_transformer(cfg: ModelConfig, src_dict: Any, tgt_dict: Any) -> TransformerModel:
+    """The Transformer of ``cfg`` (the built-in architectures' model)."""
     _check_shape(cfg)
-    attn = attention_names(cfg)
-    pos = {side: cfg.positional_for(side) for side in ("encoder", "decoder")}
+    attn = attention_groups(cfg)
+    pos = {side: cfg.positional_for(side) for side in POSITIONAL_SIDES}
     dim = cfg.encoder_embed_dim
 
     src_embed = new_embedding(len(src_dict), dim, src_dict.pad())
@@ -93,7 +99,7 @@ def build_model(cfg: ModelConfig | dict, src_dict: Any, tgt_dict: Any) -> Transf
         nn.init.normal_(output_weight, mean=0.0, std=cfg.decoder_embed_dim ** -0.5)
 
     def embedder(embed: nn.Embedding, side: str, max_positions: int, option: str) -> Embedder:
-        positional = POSITIONAL.get(pos[side])(embed.embedding_dim, max_positions, option)
+        positional = POSITIONAL.build(pos[side]["name"], pos[side], embed.embedding_dim, max_positions, option)
         return Embedder(embed, positional, cfg.dropout, scale=not cfg.no_scale_embedding)
 
     def ffn(side: str) -> FeedForward:
@@ -103,24 +109,22 @@ def build_model(cfg: ModelConfig | dict, src_dict: Any, tgt_dict: Any) -> Transf
     def final_norm(side: str) -> Optional[nn.LayerNorm]:
         return nn.LayerNorm(getattr(cfg, f"{side}_embed_dim")) if getattr(cfg, f"{side}_normalize_before") else None
 
-    eh, dh, ddim = cfg.encoder_attention_heads, cfg.decoder_attention_heads, cfg.decoder_embed_dim
+    eh, dh, ddim, p = cfg.encoder_attention_heads, cfg.decoder_attention_heads, cfg.decoder_embed_dim, cfg.attention_dropout
     enc_layers = [
-        EncoderLayer(_attention(attn["encoder"], dim, eh, cfg, self_attention=True, causal=False), ffn("encoder"),
-                     dim, cfg.dropout, cfg.encoder_normalize_before)
+        EncoderLayer(_attention(attn["encoder"], "encoder", dim, eh, p, self_attention=True, causal=False),
+                     ffn("encoder"), dim, cfg.dropout, cfg.encoder_normalize_before)
         for _ in range(cfg.encoder_layers)
     ]
     dec_layers = [
-        DecoderLayer(_attention(attn["decoder"], ddim, dh, cfg, self_attention=True, causal=True),
-                     _attention(attn["cross"], ddim, dh, cfg, self_attention=False, causal=False),
+        DecoderLayer(_attention(attn["decoder"], "decoder", ddim, dh, p, self_attention=True, causal=True),
+                     _attention(attn["cross"], "cross", ddim, dh, p, self_attention=False, causal=False),
                      ffn("decoder"), ddim, cfg.dropout, cfg.decoder_normalize_before)
         for _ in range(cfg.decoder_layers)
     ]
-    encoder = TransformerEncoder(embedder(src_embed, "encoder", cfg.max_source_positions,
-                                          "model.max_source_positions"),
+    encoder = TransformerEncoder(embedder(src_embed, "encoder", cfg.max_source_positions, "--max-source-positions"),
                                  enc_layers, final_norm("encoder"), src_dict.pad())
-    decoder = TransformerDecoder(embedder(tgt_embed, "decoder", cfg.max_target_positions,
-                                          "model.max_target_positions"),
+    decoder = TransformerDecoder(embedder(tgt_embed, "decoder", cfg.max_target_positions, "--max-target-positions"),
                                  dec_layers, final_norm("decoder"), output_weight)
-    plugins = {f"{role}_attention": name for role, name in attn.items()}
-    plugins.update({f"{side}_positional": name for side, name in pos.items()})
+    plugins = {f"{site}_attention": group["name"] for site, group in attn.items()}
+    plugins.update({f"{side}_positional": group["name"] for side, group in pos.items()})
     return TransformerModel(encoder, decoder, plugins, cfg)

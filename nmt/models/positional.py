@@ -3,6 +3,8 @@ embeddings. Registered by name with ``nmt.registry.register_positional``."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -10,11 +12,13 @@ from torch import Tensor, nn
 class PositionalBase(nn.Module):
     """Gives the encodings of positions ``offset .. offset+length-1``.
 
-    ``max_positions`` and ``option`` (the config key that sets it, for error messages) are
-    passed by the model; plugins without a table ignore them."""
+    Constructed as ``cls(cfg, embed_dim, max_positions, option)``: ``cfg`` is the plugin's own options,
+    ``max_positions`` the longest sequence the model takes and ``option`` the flag that sets it (for
+    error messages); plugins without a table ignore them."""
 
-    def __init__(self, embed_dim: int, max_positions: int, option: str = "model.max_source_positions"):
+    def __init__(self, cfg: Any, embed_dim: int, max_positions: int, option: str = "--max-source-positions"):
         super().__init__()
+        self.cfg = cfg
         self.embed_dim = embed_dim
         self.max_positions = max_positions
         self.option = option

@@ -39,7 +39,7 @@ from nmt.plugin_loader import load_plugins
 from nmt.registry import REGISTRIES
 from nmt.training.rng_state import get_rng_state, set_rng_state
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _USER_DIR_MODULE = "nmt_user_dir_"  # prefix nmt.plugin_loader gives --user-dir packages
 
 
@@ -354,6 +354,13 @@ def load_checkpoint(path: str | os.PathLike, *, check_plugins_registered: bool =
     except _DamagedFile as e:
         raise _damaged(path, e.why) from None
     check_format(state, path)
+    if state["format_version"] == 1:
+        from nmt.config.compat import upgrade_config_v1, upgrade_model_config_v1
+
+        state["config"] = upgrade_config_v1(state.get("config") or {})
+        if state.get("model_config"):
+            state["model_config"] = upgrade_model_config_v1(state["model_config"])
+        state["format_version"] = 2
     if check_plugins_registered:
         check_plugins(state, path)
     return state

@@ -3,13 +3,15 @@ and the reduction of logged sums into per-token figures in bits.
 
 Contract (docs/architecture.md): ``criterion(model, sample) -> (loss, sample_size, logging_output)``
 where ``loss`` is a *sum* over target tokens (the trainer divides by the sample size summed over
-ranks and accumulation steps) and ``logging_output`` holds sums in nats.
+ranks and accumulation steps) and ``logging_output`` holds the sums named in ``logged_sums`` (losses
+in nats). Those sums are added up over batches and ranks, and :meth:`Criterion.reduce_metrics` turns
+them into the figures a log line shows, so a criterion can log a figure of its own.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -105,6 +107,9 @@ class Criterion(nn.Module):
     ``output_layer``, the decoder's features are gathered at the non-pad target positions first and
     only those are projected to the vocabulary (padding costs no (B, T, V) logits)."""
 
+    # The figures ``forward`` logs, summed over batches and ranks; a subclass may add its own.
+    logged_sums: tuple[str, ...] = ("loss", "nll_loss", "ntokens", "nsentences", "sample_size")
+
     def __init__(self, cfg: Any, padding_idx: int):
         super().__init__()
         self.cfg = cfg
@@ -138,7 +143,7 @@ class Criterion(nn.Module):
         ntokens = int(sample["ntokens"]) if "ntokens" in sample else int(target.numel())
         nsentences = int(sample.get("nsentences", sample["target"].size(0)))
         sample_size = nsentences if self.sentence_avg else ntokens
-        logging_output = {
+        logging_output: dict[str, Any] = {
             "loss": float(loss.detach()),
             "nll_loss": float(nll_loss.detach()),
             "ntokens": ntokens,
@@ -147,31 +152,19 @@ class Criterion(nn.Module):
         }
         return loss, sample_size, logging_output
 
-    @staticmethod
-    def reduce_metrics(logging_outputs: Iterable[dict[str, Any]]) -> dict[str, float]:
-        """See :func:`reduce_metrics`."""
-        return reduce_metrics(logging_outputs)
+    def reduce_metrics(self, sums: dict[str, float]) -> dict[str, float]:
+        """The figures to log from ``logged_sums`` added up over batches and ranks. A subclass that logs
+        more extends the result. See :func:`loss_metrics`."""
+        return loss_metrics(sums)
 
 
-def reduce_metrics(logging_outputs: Iterable[dict[str, Any]]) -> dict[str, float]:
-    """Sum the logged figures of several batches (or ranks) and report, like fairseq, ``loss`` per
-    sample-size unit and ``nll_loss`` per target token, both in bits (base 2), and ``ppl = 2**nll_loss``."""
-    outputs = list(logging_outputs)
-
-    def total(key: str) -> float:
-        return float(sum(float(log.get(key, 0)) for log in outputs))
-
-    ntokens, sample_size = total("ntokens"), total("sample_size")
-    loss = total("loss") / sample_size / LN2 if sample_size else 0.0
-    nll_loss = total("nll_loss") / ntokens / LN2 if ntokens else 0.0
-    return {
-        "loss": loss,
-        "nll_loss": nll_loss,
-        "ppl": 2.0 ** nll_loss,
-        "ntokens": ntokens,
-        "nsentences": total("nsentences"),
-        "sample_size": sample_size,
-    }
+def loss_metrics(sums: dict[str, float]) -> dict[str, float]:
+    """fairseq's figures from summed logging outputs: ``loss`` per sample-size unit and ``nll_loss`` per
+    target token, both in bits (base 2), and ``ppl = 2**nll_loss`` (inf when that overflows or is NaN)."""
+    ntokens, sample_size = float(sums.get("ntokens", 0)), float(sums.get("sample_size", 0))
+    loss = float(sums.get("loss", 0)) / sample_size / LN2 if sample_size else 0.0
+    nll_loss = float(sums.get("nll_loss", 0)) / ntokens / LN2 if ntokens else 0.0
+    return {"loss": loss, "nll_loss": nll_loss, "ppl": 2.0 ** nll_loss if nll_loss < 1000 else math.inf}
 
 
 def build_criterion(group: dict[str, Any], padding_idx: int) -> Criterion:

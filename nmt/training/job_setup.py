@@ -11,7 +11,7 @@ from typing import Any
 
 from nmt.config.train import TaskConfig, TrainJob
 from nmt.data.batching import batch_by_size
-from nmt.data.data_dir import metadata_languages
+from nmt.data.data_dir import resolve_langs
 from nmt.data.epoch_iterator import EpochBatchIterator
 from nmt.errors import UsageError
 from nmt.training.distributed import DistributedContext
@@ -27,23 +27,11 @@ class TrainData:
     valid: dict[str, Any] = field(default_factory=dict)  # subset name -> dataset, first one picks the best
 
 
-def resolve_langs(task: TaskConfig) -> tuple[str, str]:
-    """--source-lang / --target-lang, or the pair recorded in the data-bin's metadata.json."""
-    data = Path(task.data)
-    if not task.data or not data.is_dir():
-        raise UsageError(f"data-bin folder {task.data or '(none)'}: no such folder; give the folder nmt-preprocess "
-                         "wrote, e.g. nmt-train data-bin/multi30k_en_de")
-    langs = metadata_languages(data, task.source_lang, task.target_lang)
-    if langs is not None:
-        return langs
-    raise UsageError(f"{data}: no metadata.json to read the languages from; pass --source-lang and --target-lang")
-
-
 def load_data(task: TaskConfig) -> TrainData:
     """Open the dictionaries, the training split and every validation split."""
     from nmt.data.language_pair_dataset import load_language_pair
 
-    src, tgt = resolve_langs(task)
+    src, tgt = resolve_langs(task.data, task.source_lang, task.target_lang)
     train = load_language_pair(task.data, task.train_subset, src, tgt)
     valid = {}
     if not task.disable_validation:
@@ -52,26 +40,28 @@ def load_data(task: TaskConfig) -> TrainData:
     return TrainData(train.src_dict, train.tgt_dict, train, valid)
 
 
-def train_iterator(task: TaskConfig, dataset: Any, seed: int, ctx: DistributedContext) -> EpochBatchIterator:
-    """The training batches (built once from the sizes) and this rank's share of each epoch."""
+def train_iterator(cfg: TrainJob, dataset: Any, ctx: DistributedContext) -> EpochBatchIterator:
+    """The training batches (built once from the sizes) and this rank's share of each epoch; sentences
+    longer than the model's positions are refused (or skipped with --skip-invalid-size-inputs-valid-test)."""
+    task, model, seed = cfg.task, cfg.model, cfg.common.seed
     plan = batch_by_size(dataset.src_sizes, dataset.tgt_sizes, max_tokens=task.max_tokens,
                          max_sentences=task.batch_size,
                          required_batch_size_multiple=task.required_batch_size_multiple,
-                         max_source_positions=task.max_source_positions,
-                         max_target_positions=task.max_target_positions,
+                         max_source_positions=model.max_source_positions,
+                         max_target_positions=model.max_target_positions,
                          skip_invalid=task.skip_invalid_size_inputs_valid_test, seed=seed, split=task.train_subset)
     return EpochBatchIterator(dataset, plan.batches, seed=seed, num_shards=ctx.world_size, shard_id=ctx.rank,
                               num_workers=task.num_workers)
 
 
-def valid_iterator(task: TaskConfig, subset: str, dataset: Any, seed: int,
-                   ctx: DistributedContext) -> EpochBatchIterator:
+def valid_iterator(cfg: TrainJob, subset: str, dataset: Any, ctx: DistributedContext) -> EpochBatchIterator:
     """Validation batches in a fixed order; nothing dropped (short shards are topped up)."""
+    task, model, seed = cfg.task, cfg.model, cfg.common.seed
     plan = batch_by_size(dataset.src_sizes, dataset.tgt_sizes, max_tokens=task.max_tokens_valid or task.max_tokens,
                          max_sentences=task.batch_size_valid or task.batch_size,
                          required_batch_size_multiple=task.required_batch_size_multiple,
-                         max_source_positions=task.max_source_positions,
-                         max_target_positions=task.max_target_positions,
+                         max_source_positions=model.max_source_positions,
+                         max_target_positions=model.max_target_positions,
                          skip_invalid=task.skip_invalid_size_inputs_valid_test, seed=seed, split=subset)
     return EpochBatchIterator(dataset, plan.batches, seed=seed, num_shards=ctx.world_size, shard_id=ctx.rank,
                               shuffle=False, drop_remainder=False, num_workers=0)
@@ -84,9 +74,3 @@ def build_model_and_criterion(cfg: TrainJob, data: TrainData) -> tuple[Any, Any]
     model = build_model(cfg.model, data.src_dict, data.tgt_dict)
     criterion = build_criterion(cfg.criterion, data.tgt_dict.pad())
     return model, criterion
-
-
-def sync_model_positions(cfg: TrainJob) -> None:
-    """--max-source/target-positions are task flags that also size the model's positional tables."""
-    cfg.model.max_source_positions = cfg.task.max_source_positions
-    cfg.model.max_target_positions = cfg.task.max_target_positions

@@ -25,8 +25,7 @@ from nmt.training import distributed
 from nmt.training.checkpoint_manager import LAST, CheckpointManager
 from nmt.training.checkpoints import build_state, restore_training_state, save_checkpoint
 from nmt.training.distributed import DistributedContext
-from nmt.training.job_setup import (TrainData, build_model_and_criterion, load_data, sync_model_positions,
-                                    train_iterator, valid_iterator)
+from nmt.training.job_setup import TrainData, build_model_and_criterion, load_data, train_iterator, valid_iterator
 from nmt.training.metrics import UpdateMeter, ValidMeter
 from nmt.training.precision import TrainingDiverged
 from nmt.training.train_log import TrainLog, setup_console_logging
@@ -58,14 +57,13 @@ class TrainingRun:
     def __init__(self, cfg: TrainJob, ctx: DistributedContext):
         self.cfg = cfg
         self.ctx = ctx
-        sync_model_positions(cfg)
         setup_console_logging(ctx.is_master)
         seed_everything(cfg.common.seed)
         self.log = TrainLog(cfg.logging, cfg.checkpoint.save_dir, ctx.is_master, cfg.common.no_progress_bar)
         self.data: TrainData = load_data(cfg.task)
         model, criterion = build_model_and_criterion(cfg, self.data)
         self.trainer = Trainer(cfg, model, criterion, ctx)
-        self.train_itr = train_iterator(cfg.task, self.data.train, cfg.common.seed, ctx)
+        self.train_itr = train_iterator(cfg, self.data.train, ctx)
         self.manager = CheckpointManager(cfg.checkpoint)
         self.dictionaries = {"source": self.data.src_dict, "target": self.data.tgt_dict}
         self.train_time = 0.0  # seconds of training before this process (restored on resume)
@@ -76,7 +74,7 @@ class TrainingRun:
             Path(cfg.checkpoint.save_dir).mkdir(parents=True, exist_ok=True)
             save_config(cfg, Path(cfg.checkpoint.save_dir) / "config.yaml")
         nparams = sum(p.numel() for p in model.parameters())
-        self.log.info(f"model {cfg.model.arch}: {nparams:,} parameters; criterion {cfg.criterion['name']}; "
+        self.log.info(f"model {cfg.model.arch['name']}: {nparams:,} parameters; criterion {cfg.criterion['name']}; "
                       f"{self.trainer.precision.name} on {ctx.device} x {ctx.world_size}; "
                       f"{len(self.train_itr)} batches per epoch per rank; update freq {cfg.optimization.update_freq}")
         self._restore()
@@ -150,8 +148,8 @@ class TrainingRun:
         first = None
         epoch = self.train_itr.epoch
         for subset, dataset in self.data.valid.items():
-            itr = valid_iterator(self.cfg.task, subset, dataset, self.cfg.common.seed, self.ctx)
-            meter = ValidMeter()
+            itr = valid_iterator(self.cfg, subset, dataset, self.ctx)
+            meter = ValidMeter(self.trainer.criterion)
             for sample in itr.next_epoch_itr():
                 meter.add(self.trainer.valid_step(sample))
             meter.sums = self.trainer.all_reduce(meter.sums)
@@ -210,7 +208,7 @@ class TrainingRun:
         epoch = self.train_itr.epoch
         total = -(-len(self.train_itr) // opt.update_freq)  # updates in a whole epoch
         done = self.train_itr.offset // opt.update_freq
-        epoch_meter, interval = UpdateMeter(), UpdateMeter()
+        epoch_meter, interval = UpdateMeter(t.criterion), UpdateMeter(t.criterion)
         reason = None
         tick = time.perf_counter()
         for samples in self.log.bar(chunks(batches, opt.update_freq), epoch, total, done):

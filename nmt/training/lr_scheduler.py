@@ -19,8 +19,9 @@ from nmt.registry import LR_SCHEDULER
 class WarmupConfig:
     """The options of a schedule that starts with a linear warmup (inverse_sqrt, cosine)."""
 
-    warmup_updates: int = opt(4000, "Updates of linear warmup before the schedule's decay.")
-    warmup_init_lr: float = opt(-1.0, "Learning rate the warmup starts from (-1 = 0, or --lr when there is no warmup).")
+    warmup_updates: int = opt(4000, "Updates of linear warmup before the schedule's decay.", low=0)
+    warmup_init_lr: float = opt(-1.0, "Learning rate the warmup starts from (-1 = 0, or --lr when there is no warmup).",
+                                low=-1)
 
 
 class LRScheduler:

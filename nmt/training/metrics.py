@@ -9,25 +9,19 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from nmt.training.criterion import reduce_metrics
-
-STAT_KEYS = ("loss", "nll_loss", "ntokens", "nsentences", "sample_size")  # summed over batches and ranks
-
-
-def reduce_losses(sums: dict[str, float]) -> dict[str, float]:
-    """loss per sample and nll_loss per token in bits, and ppl (the criterion's reduction)."""
-    reduced = reduce_metrics([sums])
-    return {"loss": reduced["loss"], "nll_loss": reduced["nll_loss"], "ppl": reduced["ppl"]}
+from nmt.training.criterion import Criterion
 
 
 class UpdateMeter:
-    """Accumulates updates between two log lines (or over an epoch) and summarises them fairseq-style."""
+    """Accumulates updates between two log lines (or over an epoch) and summarises them fairseq-style;
+    the criterion says which figures are summed and what they reduce to."""
 
-    def __init__(self) -> None:
+    def __init__(self, criterion: Criterion) -> None:
+        self.criterion = criterion
         self.reset()
 
     def reset(self) -> None:
-        self.sums = {k: 0.0 for k in STAT_KEYS}
+        self.sums = dict.fromkeys(self.criterion.logged_sums, 0.0)
         self.updates = 0
         self.gnorm_sum = 0.0
         self.clipped = 0
@@ -36,7 +30,7 @@ class UpdateMeter:
 
     def add(self, stats: dict[str, Any], seconds: float) -> None:
         """One update's stats (sums over its batches and ranks, plus gnorm, clip, lr, loss_scale)."""
-        for k in STAT_KEYS:
+        for k in self.sums:
             self.sums[k] += float(stats.get(k, 0.0))
         self.updates += 1
         self.gnorm_sum += float(stats.get("gnorm", 0.0))
@@ -48,7 +42,7 @@ class UpdateMeter:
         """The figures of a log line: loss, nll_loss, ppl, wps, ups, wpb, bsz, lr, gnorm, clip, ..."""
         n = max(self.updates, 1)
         seconds = max(self.train_time, 1e-9)
-        out: dict[str, Any] = reduce_losses(self.sums)
+        out: dict[str, Any] = self.criterion.reduce_metrics(self.sums)
         out.update({
             "wps": self.sums["ntokens"] / seconds,
             "ups": self.updates / seconds,
@@ -67,21 +61,22 @@ class UpdateMeter:
 
 
 class ValidMeter:
-    """Sums of the validation batches' logging outputs."""
+    """Sums of the validation batches' logging outputs (the criterion's ``logged_sums``)."""
 
-    def __init__(self) -> None:
-        self.sums = {k: 0.0 for k in STAT_KEYS}
+    def __init__(self, criterion: Criterion) -> None:
+        self.criterion = criterion
+        self.sums = dict.fromkeys(criterion.logged_sums, 0.0)
         self.batches = 0
         self.start = time.perf_counter()
 
     def add(self, stats: dict[str, Any]) -> None:
-        for k in STAT_KEYS:
+        for k in self.sums:
             self.sums[k] += float(stats.get(k, 0.0))
         self.batches += 1
 
     def summary(self, num_updates: int) -> dict[str, Any]:
         seconds = max(time.perf_counter() - self.start, 1e-9)
-        out: dict[str, Any] = reduce_losses(self.sums)
+        out: dict[str, Any] = self.criterion.reduce_metrics(self.sums)
         n = max(self.batches, 1)  # this rank's batches; the sums are over all ranks
         out.update({"wps": self.sums["ntokens"] / seconds, "wpb": self.sums["ntokens"] / n,
                     "bsz": self.sums["nsentences"] / n, "num_updates": num_updates})

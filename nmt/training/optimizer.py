@@ -1,13 +1,14 @@
 """Optimizers by name: the builder the trainer calls and helpers the ``--optimizer`` plugins share.
 
-An optimizer plugin is a function ``(cfg, params, lr) -> torch.optim.Optimizer`` registered with
-``@register_optimizer("name", config=ItsOptionsDataclass)``; a ``--user-dir`` folder can add one.
+An optimizer plugin is a ``torch.optim.Optimizer`` subclass constructed as ``cls(cfg, params, lr)``,
+registered with ``@register_optimizer("name", config=ItsOptionsDataclass)``; a ``--user-dir`` folder can
+add one.
 """
 
 from __future__ import annotations
 
 import ast
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 
@@ -32,14 +33,22 @@ def parse_floats(text: Any, option: str, count: int | None = None) -> tuple[floa
     return tuple(float(v) for v in value)
 
 
-def with_fast_kernel(cls: type, params: list[Any], **options: Any) -> torch.optim.Optimizer:
-    """``cls(params, **options)`` with torch's fastest update kernel: ``fused`` (one kernel for all
+def parse_betas(text: Any, option: str) -> tuple[float, float]:
+    """Two coefficients in [0, 1), e.g. ``'(0.9,0.98)'`` for ``--adam-betas``."""
+    betas = parse_floats(text, option, count=2)
+    if not all(0.0 <= b < 1.0 for b in betas):
+        raise ConfigError(f"{option} {text!r}: each beta must be in [0, 1), like '(0.9,0.98)'")
+    return betas[0], betas[1]
+
+
+def init_with_fast_kernel(init: Callable[..., None], params: list[Any], **options: Any) -> None:
+    """Call an optimizer's ``__init__`` with torch's fastest update kernel: ``fused`` (one kernel for all
     parameters; on CPU since torch 2.4, ~4x faster than foreach for Adam in benchmarks/bench_optimizers.py),
     else ``foreach`` (multi-tensor) when this torch, device or dtype has no fused kernel."""
     try:
-        return cls(params, fused=True, **options)
+        init(params, fused=True, **options)
     except (RuntimeError, TypeError, ValueError):
-        return cls(params, foreach=True, **options)
+        init(params, foreach=True, **options)
 
 
 def trainable(params: Iterable[Any]) -> list[Any]:

@@ -78,13 +78,19 @@ class DynamicLossScaler:
         self._overflows_since_rescale = int(state["overflows_since_rescale"])
 
 
+def fp16_available(device: torch.device) -> bool:
+    """Whether --fp16 can run here: float16 autocast is CUDA-only (tests replace this to exercise the
+    loss scaler on the CPU, where the model then runs in fp32)."""
+    return device.type == "cuda"
+
+
 class Precision:
     """The compute dtype of one run: its autocast context and, for fp16, its loss scaler."""
 
     def __init__(self, cfg: PrecisionConfig, device: torch.device, world_size: int = 1, update_freq: int = 1):
         if cfg.fp16 and cfg.bf16:
             raise ConfigError("--fp16 and --bf16 were both given; choose one")
-        if cfg.fp16 and device.type != "cuda" and not cfg.fp16_scaler_on_cpu:
+        if cfg.fp16 and not fp16_available(device):
             raise ConfigError("--fp16 needs a CUDA GPU (float16 autocast is CUDA-only here); "
                               "on the CPU use --bf16 instead")
         self.device = device

@@ -18,7 +18,6 @@ from nmt.training import distributed
 from nmt.training.criterion import Criterion
 from nmt.training.distributed import DistributedContext
 from nmt.training.lr_scheduler import build_lr_scheduler
-from nmt.training.metrics import STAT_KEYS
 from nmt.training.optimizer import build_optimizer
 from nmt.training.precision import Precision, check_finite_loss
 
@@ -64,14 +63,14 @@ class Trainer:
         self.model.train()
         self.criterion.train()
         scale = self.precision.loss_scale
-        sums = dict.fromkeys(STAT_KEYS, 0.0)
+        sums = dict.fromkeys(self.criterion.logged_sums, 0.0)
         for i, sample in enumerate(samples):
             batch = move_to(sample, self.ctx.device)
             with distributed.no_sync(self.wrapped, last=i == len(samples) - 1):
                 with self.precision.autocast():
                     loss, _, log = self.criterion(self.wrapped, batch)  # loss: summed over tokens, fp32
                 (loss * scale if scale != 1.0 else loss).backward()
-            for k in STAT_KEYS:
+            for k in sums:
                 sums[k] += float(log.get(k, 0.0))
         totals = self._all_reduce_stats(sums)
         return self._step(totals)
@@ -80,11 +79,12 @@ class Trainer:
         """Sum the update's figures over the ranks (one small all-reduce)."""
         if not self.ctx.is_distributed:
             return sums
-        values = torch.tensor([sums[k] for k in STAT_KEYS], dtype=torch.float64)  # (5,)
+        keys = list(sums)  # the criterion's logged_sums: the same on every rank
+        values = torch.tensor([sums[k] for k in keys], dtype=torch.float64)  # (K,)
         if self.ctx.device.type == "cuda":
             values = values.to(self.ctx.device)
         values = distributed.all_reduce_sum(values).cpu()
-        return {k: float(v) for k, v in zip(STAT_KEYS, values.tolist())}
+        return {k: float(v) for k, v in zip(keys, values.tolist())}
 
     def _step(self, totals: dict[str, float]) -> dict[str, Any]:
         """Normalise, clip, check and apply the accumulated gradients."""
@@ -122,7 +122,7 @@ class Trainer:
         self.criterion.eval()
         with self.precision.autocast():
             _, _, log = self.criterion(self.model, move_to(sample, self.ctx.device))
-        return {k: float(log.get(k, 0.0)) for k in STAT_KEYS}
+        return {k: float(log.get(k, 0.0)) for k in self.criterion.logged_sums}
 
     def all_reduce(self, sums: dict[str, float]) -> dict[str, float]:
         """Validation sums over the ranks."""

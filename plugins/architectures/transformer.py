@@ -1,10 +1,11 @@
-"""The Transformer architectures by name (--arch). Each returns the model values it sets; the
-config loader merges them above the dataclass defaults and below YAML, flags and key=value."""
+"""The Transformer architectures by name (--arch). Each presets the model's shape; the config
+loader merges it above the dataclass defaults and below YAML, flags and key=value."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from nmt.models.architecture import Architecture
 from nmt.registry import register_arch
 
 
@@ -20,25 +21,29 @@ def _shape(dim: int, ffn: int, layers: int, heads: int, dropout: float) -> dict[
 
 
 @register_arch("transformer_base")
-def transformer_base() -> dict[str, Any]:
+class TransformerBase(Architecture):
     """The paper's base model: d_model 512, 6+6 layers, 8 heads, d_ff 2048, dropout 0.1."""
-    return _shape(512, 2048, 6, 8, 0.1)
+
+    preset = _shape(512, 2048, 6, 8, 0.1)
 
 
 @register_arch("transformer_big")
-def transformer_big() -> dict[str, Any]:
+class TransformerBig(Architecture):
     """The paper's big model: d_model 1024, 6+6 layers, 16 heads, d_ff 4096, dropout 0.3."""
-    return _shape(1024, 4096, 6, 16, 0.3)
+
+    preset = _shape(1024, 4096, 6, 16, 0.3)
 
 
 @register_arch("transformer_small")
-def transformer_small() -> dict[str, Any]:
+class TransformerSmall(Architecture):
     """fairseq's IWSLT shape (transformer_iwslt_de_en): d_model 512, 6+6 layers, 4 heads, d_ff 1024;
     dropout 0.3 as in fairseq's IWSLT'14 recipe."""
-    return _shape(512, 1024, 6, 4, 0.3)
+
+    preset = _shape(512, 1024, 6, 4, 0.3)
 
 
 @register_arch("transformer_tiny")
-def transformer_tiny() -> dict[str, Any]:
+class TransformerTiny(Architecture):
     """For tests and CPU demos: d_model 64, 2+2 layers, 4 heads, d_ff 256."""
-    return _shape(64, 256, 2, 4, 0.1)
+
+    preset = _shape(64, 256, 2, 4, 0.1)

@@ -6,21 +6,21 @@ O(T*S*d) memory, which is why the paper prefers dot products."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor, nn
 
 from nmt.models.attention import AttentionBase, allowed_mask, softmax_attention
-from nmt.registry import register_attention
+from nmt.registry import NoOptions, register_attention
 
 
 @register_attention("additive")
 class AdditiveAttention(AttentionBase):
     """v^T tanh(W_q q + W_k k) scores, softmax over keys, weighted sum of values."""
 
-    def __init__(self, embed_dim: int, num_heads: int, **kwargs):
-        super().__init__(embed_dim, num_heads, **kwargs)
+    def __init__(self, cfg: NoOptions, embed_dim: int, num_heads: int, **kwargs: Any):
+        super().__init__(cfg, embed_dim, num_heads, **kwargs)
         self.score_vector = nn.Parameter(torch.empty(num_heads, self.head_dim))  # v, one per head
         nn.init.uniform_(self.score_vector, -self.head_dim ** -0.5, self.head_dim ** -0.5)
 

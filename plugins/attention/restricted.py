@@ -1,5 +1,6 @@
 """Restricted self-attention (paper Table 1): each query sees only the keys within distance r
-(``--attention-window r``); in the decoder, the r previous keys and itself.
+(``--attention-window r``, per site ``--encoder-attention-window`` / ``--decoder-attention-window``);
+in the decoder, the r previous keys and itself.
 
 Computed blockwise: queries are cut into blocks of b positions and each block attends to its
 own window of b + 2r keys (a strided view of the padded keys), so scores take O(n * (b + 2r))
@@ -7,12 +8,14 @@ memory instead of O(n^2). While generating, the cache keeps only the last r + 1 
 
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from nmt.config.fields import opt
 from nmt.errors import ConfigError
 from nmt.models.attention import AttentionBase, softmax_attention
 from nmt.registry import register_attention
@@ -26,20 +29,24 @@ def band(tgt_len: int, src_len: int, offset: int, r: int, causal: bool, device: 
     return (dist >= -r) & (dist <= (0 if causal else r))
 
 
-@register_attention("restricted")
+@dataclass
+class RestrictedConfig:
+    attention_window: int = opt(16, "Each query sees the keys within this distance (the r previous ones in the "
+                                    "decoder).", low=0)
+
+
+@register_attention("restricted", config=RestrictedConfig)
 class RestrictedAttention(AttentionBase):
     """Self-attention limited to a neighbourhood of r positions (O(r*n*d) cost)."""
 
     supports_cross_attention = False
 
-    def __init__(self, embed_dim: int, num_heads: int, **kwargs):
-        super().__init__(embed_dim, num_heads, **kwargs)
+    def __init__(self, cfg: RestrictedConfig, embed_dim: int, num_heads: int, **kwargs: Any):
+        super().__init__(cfg, embed_dim, num_heads, **kwargs)
         if not self.self_attention:
             raise ConfigError("--cross-attention restricted: restricted attention is for self-attention only; "
                               "choose another --cross-attention (e.g. scaled_dot_product)")
-        self.window = int(getattr(self.cfg, "attention_window", 16))
-        if self.window < 0:
-            raise ConfigError(f"--attention-window {self.window}: must be >= 0")
+        self.window = cfg.attention_window
 
     def cache_append(self, cached: Optional[dict], k: Tensor, v: Tensor) -> tuple[dict, Tensor, Tensor]:
         """Keeps only the last r + 1 keys: O(r) memory and work per generated token."""

@@ -15,7 +15,8 @@ from nmt.training.criterion import Criterion, label_smoothed_nll_loss
 @dataclass
 class LabelSmoothedCrossEntropyConfig:
     label_smoothing: float = opt(0.1, "Probability mass taken from the gold token and spread evenly over the "
-                                      "other V-1 vocabulary entries (fairseq's definition; 0 = plain cross-entropy).")
+                                      "other V-1 vocabulary entries (fairseq's definition; 0 = plain cross-entropy).",
+                                  low=0, high=1, high_open=True)
     sentence_avg: bool = opt(False, "Normalise the loss per sentence instead of per target token.")
     project_all_positions: bool = opt(False, "Project every target position to the vocabulary, padding included "
                                              "(by default only non-pad positions are, when the model allows it).")

@@ -15,8 +15,8 @@ from nmt.training.lr_scheduler import LRScheduler, WarmupConfig, linear_warmup, 
 
 @dataclass
 class CosineConfig(WarmupConfig):
-    min_lr: float = opt(0.0, "Learning rate the cosine ends at (and stays at afterwards).")
-    lr_period_updates: int = opt(-1, "Updates the cosine decay lasts (-1 = --max-update minus the warmup).")
+    min_lr: float = opt(0.0, "Learning rate the cosine ends at (and stays at afterwards).", low=0)
+    lr_period_updates: int = opt(-1, "Updates the cosine decay lasts (-1 = --max-update minus the warmup).", low=-1)
 
 
 @register_lr_scheduler("cosine", config=CosineConfig)

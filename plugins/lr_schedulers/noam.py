@@ -14,7 +14,7 @@ from nmt.training.lr_scheduler import LRScheduler
 
 @dataclass
 class NoamConfig:
-    warmup_updates: int = opt(4000, "Updates of linear warmup before the schedule's decay.")
+    warmup_updates: int = opt(4000, "Updates of linear warmup before the schedule's decay.", low=1)
 
 
 @register_lr_scheduler("noam", config=NoamConfig)

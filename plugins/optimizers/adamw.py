@@ -8,12 +8,13 @@ import torch
 
 from nmt.plugins.optimizers.adam import AdamConfig
 from nmt.registry import register_optimizer
-from nmt.training.optimizer import parse_floats, with_fast_kernel
+from nmt.training.optimizer import init_with_fast_kernel, parse_betas
 
 
 @register_optimizer("adamw", config=AdamConfig)
-def build_adamw(cfg: AdamConfig, params: list[Any], lr: float) -> torch.optim.Optimizer:
+class AdamW(torch.optim.AdamW):
     """AdamW (torch.optim.AdamW, fused or foreach kernel); same options as adam."""
-    betas = parse_floats(cfg.adam_betas, "--adam-betas", count=2)
-    return with_fast_kernel(torch.optim.AdamW, params, lr=lr, betas=betas, eps=cfg.adam_eps,
-                            weight_decay=cfg.weight_decay)
+
+    def __init__(self, cfg: AdamConfig, params: list[Any], lr: float):
+        init_with_fast_kernel(super().__init__, params, lr=lr, betas=parse_betas(cfg.adam_betas, "--adam-betas"),
+                              eps=cfg.adam_eps, weight_decay=cfg.weight_decay)

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from nmt.models.positional import PositionalBase
-from nmt.registry import register_positional
+from nmt.registry import NoOptions, register_positional
 
 
 def sinusoid_table(length: int, dim: int, device: torch.device | None = None) -> Tensor:
@@ -34,8 +34,8 @@ class SinusoidalPositional(PositionalBase):
     def make_table(length: int, dim: int, device: torch.device | None = None) -> Tensor:
         return sinusoid_table(length, dim, device)
 
-    def __init__(self, embed_dim: int, max_positions: int, option: str = "model.max_source_positions"):
-        super().__init__(embed_dim, max_positions, option)
+    def __init__(self, cfg: NoOptions, embed_dim: int, max_positions: int, option: str = "--max-source-positions"):
+        super().__init__(cfg, embed_dim, max_positions, option)
         self.register_buffer("table", self.make_table(max(max_positions, 1) + self.first_position, embed_dim),
                              persistent=False)
 

@@ -21,8 +21,10 @@ from typing import Iterable, Iterator, Optional
 import torch
 
 from nmt.generation.ensemble import EnsembleModel
-from nmt.generation.search import NEG_INF, Hypothesis, Rows, Search, SentenceQueue, SourceBatch
-from nmt.registry import register_search
+from nmt.config.generate import GenerationConfig
+from nmt.generation.search import NEG_INF, Hypothesis, Rows, Search, SentenceQueue, SourceBatch, Specials
+from nmt.plugins.search.greedy import GreedySearch
+from nmt.registry import NoOptions, register_search
 
 
 @dataclass
@@ -37,7 +39,7 @@ class Beams(Rows):
 
 @register_search("beam")
 class BeamSearch(Search):
-    """Beam search with fairseq's length penalty (--beam, --lenpen, --nbest)."""
+    """Beam search with fairseq's length penalty (--beam, --lenpen, --nbest); --beam 1 is greedy."""
 
     # Starting waiting sentences in the rows of finished ones (Search.search_stream) is off for
     # beam search, which defers a batch's last sentences instead: every beam step reorders the whole
@@ -46,12 +48,20 @@ class BeamSearch(Search):
     # ran between 14% slower and 13% faster than batch by batch over several runs; deferring, 25% faster.
     refill = False
 
+    def __init__(self, cfg: NoOptions, gen: GenerationConfig, specials: Specials, seed: int = 1):
+        super().__init__(cfg, gen, specials, seed)
+        # One beam is the best token at every step: greedy's path search does that with less bookkeeping.
+        self.greedy = GreedySearch(NoOptions(), gen, specials, seed) if gen.beam == 1 else None
+
     @torch.inference_mode()
     def search_stream(self, ens: EnsembleModel, batches: Iterable[SourceBatch],
                       need_attn: bool = False) -> Iterator[tuple[int, list[Hypothesis]]]:
         """Batch after batch; without refill, a batch's last few sentences (DEFER_AT of it, usually
         long outputs) are set aside and searched again, all together, after the last batch, so they
         do not decode alone for tens of steps per batch. They get the same hypotheses either way."""
+        if self.greedy is not None:
+            yield from self.greedy.search_stream(ens, batches, need_attn)
+            return
         refill = self.refill and ens.can_merge and not need_attn
         queue = SentenceQueue(batches, self.sp.pad, refill=refill)
         beams: Optional[Beams] = None
@@ -106,7 +116,7 @@ class BeamSearch(Search):
     def _advance(self, ens: EnsembleModel, beams: Beams,
                  need_attn: bool) -> tuple[Optional[Beams], list[tuple[int, list[Hypothesis]]]]:
         """One step of every running row."""
-        k, n = self.cfg.beam, len(beams.ids)
+        k, n = self.gen.beam, len(beams.ids)
         lprobs, step_attn = ens.step(beams.window, beams.encs, beams.states, need_attn)  # (N, V)
         step_of = beams.steps()  # (N,) tokens each row generated before this one
         self.apply_rules(lprobs, step_of, beams.window[:, 1:], beams.row_max)
@@ -119,7 +129,7 @@ class BeamSearch(Search):
         """From the candidate scores ``cand`` (n, width*V) of each sentence (its rows from
         ``first_row`` (n, 1) on; ``step_of`` (N,) tokens each row generated so far), finalise the eos
         ones and keep the k best others as new beams."""
-        sp, k = self.sp, self.cfg.beam
+        sp, k = self.sp, self.gen.beam
         n, vocab = cand.size(0), cand.size(1) if first else cand.size(1) // k
         width = min(2 * k, cand.size(1))
         cand_scores, cand_idx = cand.topk(width, dim=1)  # (n, 2k)
@@ -169,7 +179,7 @@ class BeamSearch(Search):
                      finished=[beams.finished[i] for i in kept_list]), results
 
     def _best(self, hyps: list[Hypothesis]) -> list[Hypothesis]:
-        return sorted(hyps, key=lambda x: -x.score)[: self.cfg.nbest]
+        return sorted(hyps, key=lambda x: -x.score)[: self.gen.nbest]
 
     def _finalise(self, beams: Beams, take: torch.Tensor, cand_rows: torch.Tensor, cand_scores: torch.Tensor,
                   step_of: torch.Tensor) -> None:

@@ -10,37 +10,35 @@ import torch
 from nmt.config.fields import opt
 from nmt.errors import ConfigError
 from nmt.generation.path_search import PathSearch
-from nmt.generation.search import NEG_INF
+from nmt.config.generate import GenerationConfig
+from nmt.generation.search import NEG_INF, Specials
 from nmt.registry import register_search
 
 
 @dataclass
 class SamplingConfig:
-    sampling_topk: int = opt(-1, "Sample only from the k most probable tokens (-1: all).")
+    sampling_topk: int = opt(-1, "Sample only from the k most probable tokens (-1: all).", low=-1)
     sampling_topp: float = opt(-1.0, "Sample only from the smallest set of tokens whose probability reaches p "
-                                     "(nucleus sampling; -1: off).")
-    temperature: float = opt(1.0, "Divide the log-probabilities by this before sampling (< 1: sharper).")
+                                     "(nucleus sampling; -1: off).", low=-1, high=1)
+    temperature: float = opt(1.0, "Divide the log-probabilities by this before sampling (< 1: sharper).", low=0,
+                             low_open=True)
 
 
 @register_search("sampling", config=SamplingConfig)
 class SamplingSearch(PathSearch):
     """Random sampling, seeded by --seed: the same seed gives the same samples."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        c: SamplingConfig = self.plugin_cfg or SamplingConfig()
-        if c.temperature <= 0:
-            raise ConfigError(f"--temperature {c.temperature}: must be > 0")
-        if c.sampling_topp > 1:
-            raise ConfigError(f"--sampling-topp {c.sampling_topp}: must be in (0, 1] (or -1 for off)")
-        self.options = c
+    def __init__(self, cfg: SamplingConfig, gen: GenerationConfig, specials: Specials, seed: int = 1):
+        super().__init__(cfg, gen, specials, seed)
+        if cfg.sampling_topp == 0 or cfg.sampling_topk == 0:
+            raise ConfigError("--sampling-topp / --sampling-topk 0 would leave nothing to sample; use -1 for off")
         self.generator = torch.Generator().manual_seed(self.seed)
 
     def paths_per_sentence(self) -> int:
-        return self.cfg.beam
+        return self.gen.beam
 
     def choose(self, lprobs: torch.Tensor) -> torch.Tensor:
-        c = self.options
+        c = self.cfg
         logits = lprobs / c.temperature  # (N, V)
         if c.sampling_topk > 0:
             kth = logits.topk(min(c.sampling_topk, logits.size(1)), dim=1).values[:, -1:]  # (N, 1)

@@ -11,19 +11,23 @@ import torch
 
 from nmt.config.fields import opt
 from nmt.registry import register_optimizer
-from nmt.training.optimizer import parse_floats
+from nmt.training.optimizer import parse_betas
 
 
 @dataclass
 class LionConfig:
     lion_betas: str = opt("(0.9, 0.99)", "Lion's beta1 (update interpolation) and beta2 (momentum decay).")
     weight_decay: float = opt(0.0, "Weight decay (adam, sgd: an L2 term added to the gradient; "
-                                    "adamw, lion: decoupled from it).")
+                                    "adamw, lion: decoupled from it).", low=0)
 
 
+@register_optimizer("lion", config=LionConfig)
 class Lion(torch.optim.Optimizer):
-    def __init__(self, params, lr, betas=(0.9, 0.99), weight_decay=0.0):
-        super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": weight_decay})
+    """Lion: sign of interpolated momentum, decoupled weight decay."""
+
+    def __init__(self, cfg: LionConfig, params, lr):
+        betas = parse_betas(cfg.lion_betas, "--lion-betas")
+        super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": cfg.weight_decay})
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -46,9 +50,3 @@ class Lion(torch.optim.Optimizer):
                 momentum.mul_(beta2).add_(p.grad, alpha=1 - beta2)
         return loss
 
-
-@register_optimizer("lion", config=LionConfig)
-def build_lion(cfg: LionConfig, params, lr):
-    """Lion: sign of interpolated momentum, decoupled weight decay."""
-    betas = parse_floats(cfg.lion_betas, "--lion-betas", count=2)
-    return Lion(params, lr=lr, betas=betas, weight_decay=cfg.weight_decay)

@@ -16,8 +16,8 @@ from nmt.registry import register_positional
 class ScaledSinusoidalPositional(PositionalBase):
     """Sinusoids (any length) multiplied by a trained scale that starts at 1."""
 
-    def __init__(self, embed_dim, max_positions, option="model.max_source_positions"):
-        super().__init__(embed_dim, max_positions, option)
+    def __init__(self, cfg, embed_dim, max_positions, option="--max-source-positions"):
+        super().__init__(cfg, embed_dim, max_positions, option)
         self.scale = nn.Parameter(torch.ones(()))
 
     def forward(self, length, offset=0):
