@@ -36,8 +36,6 @@ def run(cfg: InteractiveJob) -> None:
     torch.manual_seed(cfg.common.seed)
     if not cfg.data:
         raise UsageError("DATA is required: the data-bin folder whose dictionaries, tokenizer and BPE to use")
-    if cfg.buffer_size < 1:
-        raise UsageError(f"--buffer-size {cfg.buffer_size}: must be at least 1")
     if cfg.input != "-" and not Path(cfg.input).is_file():
         raise DataError(f"--input {cfg.input}: no such file; give a file of raw sentences, one per line, "
                         "or - to read stdin")

@@ -42,7 +42,7 @@ def split_figures(model: torch.nn.Module, criterion: Any, dataset: Any, cfg: Val
                          max_sentences=cfg.batch_size, seed=None, split=subset)
     model.eval()
     criterion.eval()
-    meter = ValidMeter()
+    meter = ValidMeter(criterion)
     for indices in plan.batches:
         sample = dataset.collater([dataset[int(i)] for i in indices])
         with autocast(cfg.bf16):

@@ -48,7 +48,7 @@ def _heads(n: int) -> list[str]:
 
 def _restricted(window: int) -> list[str]:
     # Restricted attention is self-attention only; encoder-decoder attention stays scaled dot-product.
-    return ["--encoder-attention", "restricted", "--decoder-attention", "restricted", "--attention-window", str(window)]
+    return ["--attention", "restricted", "--attention-window", str(window)]  # both self-attentions; cross stays dense
 
 
 # name -> (the paper's Table 3 row it mirrors, the flags that change the base model)

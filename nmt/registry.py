@@ -110,13 +110,14 @@ class Registry:
     def choices(self) -> list[str]:
         return sorted(self._entries)
 
-    def entry(self, name: str) -> Entry:
+    def entry(self, name: str, flag: str | None = None) -> Entry:
+        """The plugin registered as ``name``; ``flag`` is the option that named it, for the error."""
         try:
             return self._entries[name]
         except (KeyError, TypeError):
             choices = self.choices()
             raise ConfigError(
-                f'unknown {self.kind} "{name}" for {self.option}; choices: {", ".join(choices) or "(none)"}.'
+                f'unknown {self.kind} "{name}" for {flag or self.option}; choices: {", ".join(choices) or "(none)"}.'
                 + did_you_mean(str(name), choices)
                 + " A plugin of your own is loaded with --user-dir DIR."
             ) from None
@@ -128,10 +129,13 @@ class Registry:
     def config_class(self, name: str) -> type:
         return self.entry(name).config
 
-    def options(self, name: str, options: Any = None) -> Any:
+    def options(self, name: str, options: Any = None, *, flag: str | None = None, where: str = "",
+                flag_prefix: str = "") -> Any:
         """Plugin ``name``'s config dataclass filled from ``options`` (a dict, which may hold
-        ``name``; an omegaconf node; an instance; or None for the defaults), validated."""
-        return to_dataclass(self.entry(name).config, options)
+        ``name``; an omegaconf node; an instance; or None for the defaults), validated. ``flag``,
+        ``where`` (its config path, "model.attention.") and ``flag_prefix`` ("decoder-") only make
+        error messages name what the user typed."""
+        return to_dataclass(self.entry(name, flag).config, options, where=where, flag_prefix=flag_prefix)
 
     def build(self, name: str, options: Any = None, *context: Any, **kwargs: Any) -> Any:
         """The one way to make a plugin: ``cls(its config filled from options, *context, **kwargs)``."""

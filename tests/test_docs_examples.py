@@ -60,6 +60,7 @@ def test_example_plugins_train_and_translate_through_the_cli(tmp_path):
     data = make_toy_task(tmp_path / "copy", n_train=120, n_valid=8)
     save = tmp_path / "ck"
     done = run("train", [data, *TINY_MODEL, "--user-dir", EXAMPLES, "--attention", "multiplicative",
+                         "--multiplicative-init", "random",
                          "--positional", "scaled_sinusoidal", "--optimizer", "lion", "--lion-betas", "(0.9,0.99)",
                          "--lr", "3e-4", "--warmup-updates", "2", "--max-update", "6", "--max-tokens", "256",
                          "--num-threads", "1", "--save-dir", save])
@@ -68,6 +69,8 @@ def test_example_plugins_train_and_translate_through_the_cli(tmp_path):
     used = {(r["kind"], r["name"]) for r in state["plugins"]}
     assert {("attention", "multiplicative"), ("positional", "scaled_sinusoidal"), ("optimizer", "lion")} <= used
     assert state["user_dir"] == str(EXAMPLES.resolve())
+    assert state["model_config"]["attention"] == {"name": "multiplicative", "multiplicative_init": "random"}
+    assert state["config"]["optimizer"]["lion_betas"] == "(0.9,0.99)"
     scales = [v for k, v in state["model"].items() if k.endswith("positional.scale")]
     assert scales and all(float(s) != 1.0 for s in scales)  # the plugin's own parameter was trained
 
@@ -75,6 +78,26 @@ def test_example_plugins_train_and_translate_through_the_cli(tmp_path):
                             "--gen-subset", "valid", "--beam", "2", "--quiet", "--threads", "1"])
     assert done.returncode == 0, done.stderr[-2000:]
 
+    wrong = run("train", [data, *TINY_MODEL, "--user-dir", EXAMPLES, "--attention", "multiplicative",
+                          "--multiplicative-init", "zeros", "--save-dir", tmp_path / "no"])
+    assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
+    assert wrong.stderr.strip().splitlines() == [
+        "nmt-train: error: --multiplicative-init 'zeros': choose one of identity, random (multiplicative_init)"]
+
     forgot = run("generate", [data, "--path", save / "checkpoint_last.pt", "--gen-subset", "valid", "--quiet"])
     assert forgot.returncode == 2
     assert f"pass --user-dir {EXAMPLES.resolve()}" in forgot.stderr and "Traceback" not in forgot.stderr
+
+
+def test_the_contract_table_is_the_same_in_both_guides():
+    def table(path: Path) -> str:
+        return re.search(r"(\| kind \| decorator.*?\n)\n", path.read_text(encoding="utf-8"), re.S).group(1)
+
+    assert table(GUIDE) == table(ROOT / "docs" / "architecture.md")
+    from nmt.registry import REGISTRIES
+
+    rows = table(GUIDE).splitlines()[2:]
+    assert len(rows) == len(REGISTRIES)  # a row per kind
+    for registry, row in zip(REGISTRIES.values(), rows):
+        module, _, name = registry.base.partition(":")
+        assert f"`{module}.{name}`" in row, row

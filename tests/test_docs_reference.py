@@ -23,7 +23,8 @@ def test_reference_covers_every_command_and_option():
             assert f"## {name}\n" in reference
     assert "| `--max-tokens` | `task.max_tokens` | int | (none) |" in reference
     assert "| `--lr` | `optimization.lr` | float | `0.0005` |" in reference
-    assert "| (YAML / key=value) | `model.max_source_positions` | int | `1024` |" in reference
+    assert "| `--max-source-positions` | `model.max_source_positions` | int | `1024` |" in reference
+    assert "| (YAML / key=value) | `model.decoder_start` | str | `<s>` |" in reference
     assert "| `--optimizer` | `optimizer.name` | str | `adam` |" in reference
     plugins = gen.render_plugins()
     assert "| `--adam-betas` | `adam_betas` | str | `(0.9, 0.999)` |" in plugins

@@ -33,7 +33,7 @@ def test_learned_table_has_max_positions_rows_and_refuses_beyond():
     pe = POSITIONAL.build("learned", None, 8, max_positions=10, option="--max-target-positions")
     assert pe.weight.shape == (10, 8)
     assert torch.equal(pe(3, offset=7), pe.weight[7:10])
-    with pytest.raises(DataError, match="max_target_positions=10"):
+    with pytest.raises(DataError, match="--max-target-positions 10"):
         pe(3, offset=8)
 
 

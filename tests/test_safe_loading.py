@@ -179,7 +179,8 @@ def test_code_is_imported_only_by_the_plugin_loader():
     """Importing code by a name or path taken from input happens in nmt/plugin_loader.py only
     (built-ins, installed entry points, --user-dir); nothing else turns data into imports."""
     allowed = {REPO / "nmt" / "plugin_loader.py",
-               REPO / "scripts" / "gen_docs.py"}  # a dev script importing nmt's own console-script modules
+               REPO / "scripts" / "gen_docs.py",  # a dev script importing nmt's own console-script modules
+               REPO / "nmt" / "registry.py"}  # each kind's base class, named by a constant of the core
     hits = [f"{p.relative_to(REPO)}:{i}" for p in _product_sources() if p not in allowed
             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
             if IMPORT_MACHINERY.search(line) and not line.lstrip().startswith("#")]

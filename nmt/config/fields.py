@@ -54,6 +54,10 @@ def flag_of(f: dataclasses.Field) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
 
+def _number(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
 def allowed_text(f: dataclasses.Field) -> str | None:
     """What a field allows, for messages and --help ("one of a, b", "in [0, 1)"), or None."""
     m = f.metadata
@@ -63,10 +67,11 @@ def allowed_text(f: dataclasses.Field) -> str | None:
     if low is None and high is None:
         return None
     if high is None:
-        return f"{'>' if m.get('low_open') else '>='} {low:g}"
+        return f"{'>' if m.get('low_open') else '>='} {_number(low)}"
     if low is None:
-        return f"{'<' if m.get('high_open') else '<='} {high:g}"
-    return f"in {'(' if m.get('low_open') else '['}{low:g}, {high:g}{')' if m.get('high_open') else ']'}"
+        return f"{'<' if m.get('high_open') else '<='} {_number(high)}"
+    return (f"in {'(' if m.get('low_open') else '['}{_number(low)}, {_number(high)}"
+            f"{')' if m.get('high_open') else ']'}")
 
 
 def value_error(f: dataclasses.Field, value: Any) -> str | None:
@@ -86,9 +91,10 @@ def value_error(f: dataclasses.Field, value: Any) -> str | None:
     return f"must be {allowed_text(f)}" if too_low or too_high else None
 
 
-def check_values(obj: Any, where: str = "") -> None:
+def check_values(obj: Any, where: str = "", flag_prefix: str = "") -> None:
     """Enforce the declared choices and ranges of every field of dataclass instance ``obj``
-    (nested dataclasses included). ``where`` is the config path of ``obj`` ("model.")."""
+    (nested dataclasses included). ``where`` is the config path of ``obj`` ("model."), ``flag_prefix``
+    what its fields' flags start with after "--" (a site's plugin options: "decoder-")."""
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -96,7 +102,8 @@ def check_values(obj: Any, where: str = "") -> None:
             continue
         why = value_error(f, value)
         if why is not None:
-            shown = f"{flag_of(f)} {value!r}" if f.metadata.get("cli", True) else f"{where}{f.name}={value!r}"
+            flag = "--" + flag_prefix + flag_of(f)[2:]
+            shown = f"{flag} {value!r}" if f.metadata.get("cli", True) else f"{where}{f.name}={value!r}"
             if not why.startswith("must"):
                 why = f"choose {why}"
             raise ConfigError(f"{shown}: {why} ({where}{f.name})")
@@ -130,16 +137,17 @@ def literal(value: Any) -> Any:
     return value
 
 
-def to_dataclass(cls: type, value: Any) -> Any:
+def to_dataclass(cls: type, value: Any, where: str = "", flag_prefix: str = "") -> Any:
     """Dataclass ``cls`` filled from ``value`` (None, a dict, an omegaconf node or an instance): unknown
-    keys, wrong types and values outside the declared choices or ranges are ConfigErrors."""
+    keys, wrong types and values outside the declared choices or ranges are ConfigErrors (``where`` and
+    ``flag_prefix``: see :func:`check_values`)."""
     from omegaconf import DictConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     if value is None:
         value = {}
     if isinstance(value, cls):
-        check_values(value)
+        check_values(value, where, flag_prefix)
         return value
     if isinstance(value, DictConfig):
         value = OmegaConf.to_container(value, resolve=False)
@@ -149,7 +157,8 @@ def to_dataclass(cls: type, value: Any) -> Any:
     unknown = sorted(set(value) - names - {"name"})
     if unknown:
         known = ", ".join(sorted(names)) or "none"
-        raise ConfigError(f"{cls.__name__}: unknown option(s) {', '.join(unknown)}; known: {known}")
+        raise ConfigError(f"{where.rstrip('.') or cls.__name__}: unknown option(s) {', '.join(unknown)}; "
+                          f"known: {known}")
     groups = {f.name for f in dataclasses.fields(cls) if f.metadata.get("plugin_group")}
     kept = {k: as_group(v) if k in groups else v for k, v in value.items() if k in names}
     try:
@@ -160,6 +169,6 @@ def to_dataclass(cls: type, value: Any) -> Any:
         try:  # typed merge: "1e-9" from a key=value override becomes a float, "abc" is refused
             out = OmegaConf.to_object(OmegaConf.merge(schema, literal(kept)))
         except OmegaConfBaseException as e:
-            raise ConfigError(f"{cls.__name__}: {str(e).splitlines()[0]}") from None
-    check_values(out)
+            raise ConfigError(f"{where.rstrip('.') or cls.__name__}: {str(e).splitlines()[0]}") from None
+    check_values(out, where, flag_prefix)
     return out

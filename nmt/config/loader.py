@@ -115,10 +115,24 @@ def _plugin_group_fields(schema: type, prefix: str = "") -> dict[str, dataclasse
     return out
 
 
-def _shorthand(schema: type, layer: dict[str, Any]) -> dict[str, Any]:
+def _refuse_interpolation(where: str, value: Any, path: str = "") -> None:
+    """omegaconf would resolve ``${...}`` (``${oc.env:X}`` reads the environment): nmt configs hold values."""
+    if isinstance(value, str) and "${" in value:
+        raise ConfigError(f'{where}: "{path}" is {value!r}: ${{...}} interpolation is not resolved in nmt configs; '
+                          "write the value itself")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _refuse_interpolation(where, v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _refuse_interpolation(where, v, f"{path}[{i}]")
+
+
+def _shorthand(schema: type, where: str, layer: dict[str, Any]) -> dict[str, Any]:
     """A plugin group given as a bare name (``model.attention=restricted``, ``arch: transformer_tiny``
-    in YAML) means ``{"name": ...}``; every value's ``${...}`` stays literal text."""
-    layer = literal(layer)
+    in YAML) means ``{"name": ...}``; ``${...}`` is refused."""
+    _refuse_interpolation(where, layer)
+    layer = literal(layer)  # a copy; escapes nothing left, but keeps the layer ours to change
     for path in _plugin_group_fields(schema):
         *parents, last = path.split(".")
         node = layer
@@ -145,7 +159,7 @@ def _merge(schema: type, layers: list[tuple[str, dict[str, Any]]]) -> DictConfig
     cfg = OmegaConf.structured(schema)
     for where, layer in layers:
         try:
-            cfg = OmegaConf.merge(cfg, OmegaConf.create(_shorthand(schema, layer)))
+            cfg = OmegaConf.merge(cfg, OmegaConf.create(_shorthand(schema, where, layer)))
         except ConfigKeyError as e:
             raise _unknown_key(schema, where, str(getattr(e, "full_key", None) or e)) from None
         except ValidationError as e:
@@ -175,13 +189,30 @@ def _complete_plugin_groups(schema: type, cfg: DictConfig) -> None:
         else:
             effective = filled = node
         name = effective.get("name")
-        try:
-            options = dataclasses.asdict(REGISTRIES[kind].options(name, effective))
-        except ConfigError as e:
-            raise ConfigError(f"{path} ({flag_of(f)} {name}): {e}") from None
+        sites = [g.metadata["option_prefix"] for p, g in inheriting.items()
+                 if g.metadata["inherit"] == f.name and p.rsplit(".", 1)[0] == path.rsplit(".", 1)[0]]
+        _check_option_names(kind, name, effective, f, path, sites)
+        options = dataclasses.asdict(REGISTRIES[kind].options(name, effective, flag=flag_of(f), where=path + ".",
+                                                               flag_prefix=f.metadata.get("option_prefix", "")))
         if filled is node and shared is not None and node.get("name") is None:
             continue  # inherits: keep only the options given for it
         OmegaConf.update(cfg, path, {"name": name, **options}, merge=False)
+
+
+def _check_option_names(kind: str, name: str, group: dict[str, Any], f: dataclasses.Field, path: str,
+                        site_prefixes: list[str]) -> None:
+    """An option the chosen plugin does not take: name the plugins that do, and the per-site flags
+    (``--attention-window`` given with ``--encoder-attention restricted`` belongs to --attention's plugin)."""
+    registry = REGISTRIES[kind]
+    known = {pf.name for pf in dataclasses.fields(registry.config_class(name))} if name in registry else set()
+    for key in sorted(set(group) - known - {"name"}):
+        owners = [n for n in registry.choices() if key in {pf.name for pf in dataclasses.fields(registry.config_class(n))}]
+        if not owners:
+            continue  # a plain unknown key: the plugin's own check says so, with the known ones
+        flag = "--" + key.replace("_", "-")
+        per_site = f"; per site: {', '.join(f'--{s}{flag[2:]}' for s in site_prefixes)}" if site_prefixes else ""
+        raise ConfigError(f"{path}: {flag_of(f)} {name} takes no option {key} ({flag}); it is an option of "
+                          f"{', '.join(owners)}{per_site}")
 
 
 def resolve_config(schema: type, *, yaml_file: str | Path | None = None, flags: dict[str, Any] | None = None,

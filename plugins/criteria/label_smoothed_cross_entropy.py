@@ -28,8 +28,6 @@ class LabelSmoothedCrossEntropy(Criterion):
 
     def __init__(self, cfg: LabelSmoothedCrossEntropyConfig, padding_idx: int):
         super().__init__(cfg, padding_idx)
-        if not 0.0 <= cfg.label_smoothing < 1.0:
-            raise ConfigError(f"--label-smoothing {cfg.label_smoothing}: must be in [0, 1)")
         self.eps = float(cfg.label_smoothing)
 
     def compute(self, logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -22,8 +22,6 @@ class InverseSqrtSchedule(LRScheduler):
 
     def __init__(self, cfg: InverseSqrtConfig, optimizer: torch.optim.Optimizer, base_lr: float,
                  model_dim: int = 512, max_update: int = 0):
-        if cfg.warmup_updates < 0:
-            raise ConfigError(f"--warmup-updates {cfg.warmup_updates}: must be >= 0")
         self.warmup = int(cfg.warmup_updates)
         self.init_lr = warmup_start_lr(cfg.warmup_init_lr, self.warmup, base_lr)
         super().__init__(cfg, optimizer, base_lr, model_dim, max_update)

@@ -26,8 +26,6 @@ class NoamSchedule(LRScheduler):
 
     def __init__(self, cfg: NoamConfig, optimizer: torch.optim.Optimizer, base_lr: float,
                  model_dim: int = 512, max_update: int = 0):
-        if cfg.warmup_updates <= 0:
-            raise ConfigError(f"--warmup-updates {cfg.warmup_updates}: noam needs a warmup of at least 1 update")
         self.warmup = int(cfg.warmup_updates)
         super().__init__(cfg, optimizer, base_lr, model_dim, max_update)
 
