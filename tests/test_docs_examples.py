@@ -82,7 +82,8 @@ def test_example_plugins_train_and_translate_through_the_cli(tmp_path):
                           "--multiplicative-init", "zeros", "--save-dir", tmp_path / "no"])
     assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
     assert wrong.stderr.strip().splitlines() == [
-        "nmt-train: error: --multiplicative-init 'zeros': choose one of identity, random (multiplicative_init)"]
+        "nmt-train: error: --multiplicative-init 'zeros': choose one of identity, random "
+        "(model.attention.multiplicative_init)"]
 
     forgot = run("generate", [data, "--path", save / "checkpoint_last.pt", "--gen-subset", "valid", "--quiet"])
     assert forgot.returncode == 2
