@@ -14,6 +14,7 @@ from typing import Any
 import click
 import yaml
 
+from nmt.config.safe_yaml import VALUE_BYTES, parse_yaml
 from nmt.registry import REGISTRIES
 
 
@@ -53,7 +54,7 @@ class YamlValue(click.ParamType):
         if not isinstance(value, str):
             return value
         try:
-            return yaml.safe_load(value)
+            return parse_yaml(value, param.opts[0] if param is not None else "a flag value", VALUE_BYTES)
         except yaml.YAMLError:
             return value
 
