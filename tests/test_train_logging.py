@@ -149,3 +149,11 @@ def test_a_line_cut_off_by_a_kill_is_dropped_by_the_next_run(tmp_path, capsys):
     except SystemExit as e:
         assert e.code in (0, None)
     assert "warning" not in capsys.readouterr().err
+
+
+def test_figures_of_a_diverging_run_format_without_errors():
+    meter = UpdateMeter()
+    meter.add(_update(2000.0, 10, 1), seconds=1.0)  # 2**2885 bits: past a float
+    out = meter.summary(num_updates=1, wall=1.0)
+    assert out["ppl"] == math.inf and format_value("ppl", out["ppl"]) == "inf"
+    assert format_value("best_loss", None) == "-"

@@ -153,6 +153,11 @@ class Criterion(nn.Module):
         return reduce_metrics(logging_outputs)
 
 
+def perplexity(nll_bits: float) -> float:
+    """``2 ** nll_bits``; inf past a float's range (a diverging loss) instead of an OverflowError."""
+    return math.inf if nll_bits >= 1024 else 2.0 ** nll_bits
+
+
 def reduce_metrics(logging_outputs: Iterable[dict[str, Any]]) -> dict[str, float]:
     """Sum the logged figures of several batches (or ranks) and report, like fairseq, ``loss`` per
     sample-size unit and ``nll_loss`` per target token, both in bits (base 2), and ``ppl = 2**nll_loss``."""
@@ -167,7 +172,7 @@ def reduce_metrics(logging_outputs: Iterable[dict[str, Any]]) -> dict[str, float
     return {
         "loss": loss,
         "nll_loss": nll_loss,
-        "ppl": 2.0 ** nll_loss,
+        "ppl": perplexity(nll_loss),
         "ntokens": ntokens,
         "nsentences": total("nsentences"),
         "sample_size": sample_size,
