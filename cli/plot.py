@@ -24,6 +24,10 @@ def _split(text: str | None) -> list[str]:
     return [item.strip() for item in (text or "").split(",") if item.strip()]
 
 
+def _warn(message: str) -> None:
+    click.echo(f"nmt-plot: warning: {message}", err=True)
+
+
 def run(job: PlotJob) -> None:
     from nmt.plotting import default_labels, draw, log_path, read_log, run_curves
 
@@ -34,7 +38,7 @@ def run(job: PlotJob) -> None:
     labels = _split(cfg.labels) or default_labels(paths)
     if len(labels) != len(paths):
         raise UsageError(f"--labels gives {len(labels)} label(s) for {len(paths)} log(s); give one per log")
-    runs = [run_curves(read_log(p), label, cfg.valid_subset) for p, label in zip(paths, labels)]
+    runs = [run_curves(read_log(p, _warn), label, cfg.valid_subset) for p, label in zip(paths, labels)]
     out = draw(runs, cfg.output, linear_ppl=cfg.linear_ppl, title=cfg.title, dpi=cfg.dpi)
     click.echo(f"wrote {out} ({len(runs)} run{'s' if len(runs) > 1 else ''})")
 

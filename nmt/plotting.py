@@ -7,9 +7,11 @@ matplotlib is an optional extra (``pip install 'nmt[plot]'``); it is imported on
 from __future__ import annotations
 
 import json
+import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from nmt.errors import DataError, NmtError, UsageError
 from nmt.fileio import atomic_write
@@ -46,22 +48,31 @@ def log_path(path: str | Path) -> Path:
     return candidate
 
 
-def read_log(path: Path) -> list[dict[str, Any]]:
-    """The JSON records of a log; a line that is not JSON is reported with its number."""
-    records = []
-    with open(path, encoding="utf-8") as f:
+def _log_warning(message: str) -> None:
+    logging.getLogger(__name__).warning(message)
+
+
+def read_log(path: Path, warn: Callable[[str], None] = _log_warning) -> list[dict[str, Any]]:
+    """The JSON records of a log. A damaged line (cut off by a kill, or edited) is skipped with a
+    warning naming it, so one bad line does not cost the whole curve; a log without any record is an error."""
+    records, damaged = [], 0
+    with open(path, encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
+                problem = "" if isinstance(record, dict) and "kind" in record else 'a record without "kind"'
             except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{number}: not a JSON line ({e.msg}); is this a {JSON_LOG}?") from None
-            if not isinstance(record, dict) or "kind" not in record:
-                raise DataError(f"{path}:{number}: a record without \"kind\"; is this a {JSON_LOG} of nmt-train?")
+                problem = f"not a JSON line ({e.msg})"
+            if problem:
+                damaged += 1
+                warn(f"{path}:{number}: {problem}; line skipped")
+                continue
             records.append(record)
     if not records:
-        raise DataError(f"{path}: the log is empty; let nmt-train run for --log-interval updates first")
+        what = f"none of its {damaged} lines is a JSON record" if damaged else "the log is empty"
+        raise DataError(f"{path}: {what}; give the {JSON_LOG} nmt-train wrote, after --log-interval updates")
     return records
 
 
@@ -69,10 +80,15 @@ def _curve(records: list[dict[str, Any]], key: str) -> Curve:
     """Values of ``key`` by update; a resumed run may log an update twice, the later record wins."""
     by_update: dict[int, float] = {}
     for r in records:
-        if key in r and "num_updates" in r:
-            by_update[int(r["num_updates"])] = float(r[key])
+        value, update = r.get(key), r.get("num_updates")
+        if _is_number(value) and _is_number(update) and math.isfinite(value):  # null: not finite when logged
+            by_update[int(update)] = float(value)
     updates = sorted(by_update)
     return Curve(updates, [by_update[u] for u in updates])
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def run_curves(records: list[dict[str, Any]], label: str, valid_subset: str = "valid") -> RunCurves:

@@ -97,7 +97,8 @@ def test_full_disk_during_a_checkpoint_save_stops_nmt_train_and_keeps_the_last_c
 # Writers that are not atomic on purpose, with the reason. Anything else that writes a file must do it
 # inside `with atomic_write(...)` (nmt.fileio), so that a crash leaves the old file or the new one.
 NOT_ATOMIC_ON_PURPOSE = {
-    ("nmt/training/train_log.py", "TrainLog.emit"): "append-only JSON lines log; one write per line",
+    ("nmt/training/train_log.py", "append_line"): "append-only JSON lines log; one write per line (a line cut "
+                                                  "off by a kill is dropped by the next run)",
     # nmt-preprocess and nmt-import-fairseq write the whole data-bin in a private temp folder that is
     # renamed into place at the end (nmt.data.data_dir.move_into_place): these write inside it.
     ("nmt/data/binarizer.py", "_run_text_range"): "a shard in the preprocess temp folder",

@@ -114,6 +114,20 @@ def test_dataloader_workers_give_the_same_batches():
     assert loaded.end_of_epoch()
 
 
+@pytest.mark.parametrize("num_workers", [0, 1, 2])
+def test_iterating_leaves_torchs_global_random_stream_alone(num_workers):
+    """Dropout draws from torch's global generator: starting an epoch (with DataLoader workers too)
+    must not draw from it, or a run resumed mid-epoch gets other dropout masks than an uninterrupted one."""
+    itr = make(FakePairs(n=60), seed=1, num_workers=num_workers)
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    batches = itr.next_epoch_itr()
+    next(batches)  # the DataLoader (and its workers) starts here
+    assert torch.equal(torch.rand(3), expected)
+    list(batches)
+
+
 def test_too_few_batches_for_the_ranks_is_an_error():
     ds = FakePairs(n=4)
     with pytest.raises(DataError, match="lower --max-tokens"):

@@ -35,14 +35,15 @@ FAULT_POINTS = Path(__file__).with_name("fault_points.py")
 KINDS = ["block-update", "block-valid", "block-write", "block-link"]
 
 
-def train_args(data: Path, save_dir: Path) -> list[str]:
+def train_args(data: Path, save_dir: Path, *extra: str) -> list[str]:
+    """The runs' options; ``extra`` goes last (click keeps a repeated flag's last value)."""
     return [str(data), "--arch", "transformer_tiny", "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
             "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32", "--encoder-layers", "1",
             "--decoder-layers", "1", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
             "--share-all-embeddings", "--dropout", "0.2", "--lr", "0.005", "--warmup-updates", "4",
             "--max-tokens", "96", "--max-update", str(MAX_UPDATE), "--seed", "7", "--save-dir", str(save_dir),
             "--save-interval-updates", "1", "--validate-interval-updates", str(VALIDATE_EVERY),
-            "--log-interval", "1", "--no-progress-bar", "--cpu", "--num-threads", "1"]
+            "--log-interval", "1", "--no-progress-bar", "--cpu", "--num-threads", "1", *extra]
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -66,12 +67,12 @@ def kill_plan(seed: int) -> list[tuple[str, int]]:
     return plan
 
 
-def kill_inside(data: Path, save_dir: Path, kind: str, update: int, log: Path) -> None:
+def kill_inside(data: Path, save_dir: Path, kind: str, update: int, log: Path, *extra: str) -> None:
     """Run nmt-train with fault ``kind`` at ``update``; SIGKILL it once it waits inside that phase."""
     marker = save_dir.parent / f"marker-{kind}-{update}"
     env = child_env(NMT_TEST_FAULT=f"{kind}:{update}", NMT_TEST_FAULT_MARKER=str(marker))
     with open(log, "w") as err:
-        proc = subprocess.Popen([sys.executable, str(FAULT_POINTS), *train_args(data, save_dir)],
+        proc = subprocess.Popen([sys.executable, str(FAULT_POINTS), *train_args(data, save_dir, *extra)],
                                 stdout=subprocess.DEVNULL, stderr=err, env=env)
         deadline = time.monotonic() + 120
         try:
@@ -105,11 +106,12 @@ def data(tmp_path_factory) -> Path:
     return make_toy_task(tmp_path_factory.mktemp("faults"), n_train=60, n_valid=16, vocab=12, max_len=7)
 
 
-def test_five_kills_resume_to_the_uninterrupted_parameters(data, tmp_path):
-    plan = kill_plan(SEED)
-    assert {k for k, _ in plan} == set(KINDS)  # inside an update, a validation, a write, before the links
+def kill_resume_and_compare(data: Path, tmp_path: Path, plan: list[tuple[str, int]], *extra: str) -> None:
+    """Kill a run at each moment of ``plan`` and resume it; at the end its parameters and Adam state must
+    equal those of an uninterrupted run (the plain console script, started beside the killed runs)."""
     exe = shutil.which("nmt-train")
-    reference_cmd = ([exe] if exe else [sys.executable, "-m", "nmt.cli.train"]) + train_args(data, tmp_path / "ref")
+    reference_cmd = ([exe] if exe else [sys.executable, "-m", "nmt.cli.train"]) + train_args(data, tmp_path / "ref",
+                                                                                              *extra)
     # The reference run goes on beside the killed runs (two cores in CI).
     reference = subprocess.Popen(reference_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                  env=child_env())
@@ -117,7 +119,7 @@ def test_five_kills_resume_to_the_uninterrupted_parameters(data, tmp_path):
     previous = 0  # the update each resumed run must at least start from
     for i, (kind, update) in enumerate(plan):
         log = tmp_path / f"run{i}.log"
-        kill_inside(data, killed, kind, update, log)
+        kill_inside(data, killed, kind, update, log, *extra)
         assert (resumed_at(log) or 0) == previous, f"run {i} did not resume from update {previous}"
         # Killed inside update U, its validation, or U's checkpoint write (before checkpoint_last.pt is
         # relinked): checkpoint_last.pt still holds update U - 1, and every checkpoint name holds a whole file.
@@ -128,8 +130,8 @@ def test_five_kills_resume_to_the_uninterrupted_parameters(data, tmp_path):
         if kind == "block-write":  # the kill landed mid-write: the half-written temp file is still there
             assert list(killed.glob(".checkpoint*.tmp")), "no half-written temp file: the kill missed the save"
         previous = last
-    done = subprocess.run([sys.executable, str(FAULT_POINTS), *train_args(data, killed)], capture_output=True,
-                          text=True, env=child_env(), timeout=240)
+    done = subprocess.run([sys.executable, str(FAULT_POINTS), *train_args(data, killed, *extra)],
+                          capture_output=True, text=True, env=child_env(), timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     assert not list(killed.glob(".checkpoint*.tmp")), "a killed save's temp file was not cleaned up"
     _, ref_err = reference.communicate(timeout=240)
@@ -143,6 +145,22 @@ def test_five_kills_resume_to_the_uninterrupted_parameters(data, tmp_path):
     for key, slots in exp_opt.items():
         for slot, value in slots.items():
             assert torch.equal(torch.as_tensor(value), torch.as_tensor(got_opt[key][slot])), f"optimizer {slot}"
+
+
+def test_five_kills_resume_to_the_uninterrupted_parameters(data, tmp_path):
+    plan = kill_plan(SEED)
+    assert {k for k, _ in plan} == set(KINDS)  # inside an update, a validation, a write, before the links
+    kill_resume_and_compare(data, tmp_path, plan)
+
+
+def test_kills_with_a_dataloader_worker_resume_to_the_uninterrupted_parameters(data, tmp_path):
+    """--num-workers 1 with dropout: starting the worker DataLoader of a resumed epoch must not shift the
+    dropout masks (it used to draw its workers' seed from torch's global generator). Both kills are mid-epoch
+    (5 updates per epoch), where a resumed run starts a DataLoader that the uninterrupted run did not."""
+    kill_resume_and_compare(data, tmp_path, [("block-update", 4), ("block-valid", 9)],
+                            "--num-workers", "1", "--dropout", "0.1")
+    epoch_end = load_checkpoint(tmp_path / "ref" / "checkpoint1.pt")["training"]
+    assert epoch_end["num_updates"] == 5, "the kills were meant to land mid-epoch"
 
 
 def test_kill_plan_covers_every_phase_in_increasing_order():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -83,11 +84,44 @@ def test_missing_log_is_one_line_error(tmp_path, capsys):
     assert not (tmp_path / "x.png").exists()
 
 
+def test_damaged_lines_are_skipped_with_a_warning_naming_file_and_line(tmp_path, capsys):
+    """A line cut off by a kill (or mangled by hand) costs that line only, not the whole plot."""
+    log = write_log(tmp_path / "run")
+    lines = log.read_text().splitlines(keepends=True)
+    lines[3] = lines[3][: len(lines[3]) // 2] + "\n"  # cut off mid-record
+    lines.insert(6, '["no", "kind"]\n')
+    lines.append('{"kind": "train_inner", "epoch": 3, "lo')  # the last append, killed
+    log.write_text("".join(lines))
+    before = hashlib.sha256(log.read_bytes()).hexdigest()
+    out = tmp_path / "x.png"
+    assert call([str(log), "--output", str(out)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert [line.split(": ")[2] for line in err] == [f"{log}:4", f"{log}:7", f"{log}:16"], err
+    assert all(line.startswith("nmt-plot: warning: ") and line.endswith("; line skipped") for line in err), err
+    assert "not a JSON line" in err[0] and 'a record without "kind"' in err[1] and "not a JSON line" in err[2]
+    assert out.read_bytes().startswith(PNG_MAGIC)
+    assert hashlib.sha256(log.read_bytes()).hexdigest() == before  # nmt-plot only reads the log
+    curves = run_curves(read_log(log, warn=lambda message: None), "run")
+    assert 40 not in curves.train_loss.updates and curves.train_loss.updates[-1] == 100
+
+
+def test_non_finite_figures_logged_as_null_are_left_out(tmp_path):
+    log = tmp_path / "train_log.jsonl"
+    log.write_text('{"kind": "train_inner", "num_updates": 1, "loss": 3.0, "ppl": 8.0}\n'
+                   '{"kind": "train_inner", "num_updates": 2, "loss": 1500.0, "ppl": null}\n'
+                   '{"kind": "train_inner", "num_updates": 3, "loss": 2.0, "ppl": Infinity}\n')
+    curves = run_curves(read_log(log), "run")
+    assert curves.train_loss.updates == [1, 2, 3] and curves.train_ppl.updates == [1]
+
+
 def test_bad_json_and_label_count_are_one_line_errors(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"kind": "train_inner", "num_updates": 1}\nnot json\n')
+    bad.write_text("not json\n{not json either\n")
     assert call([str(bad), "--output", str(tmp_path / "x.png")]) == 1
-    assert "bad.jsonl:2: not a JSON line" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len([line for line in err if "error" in line]) == 1
+    assert err[-1].startswith("nmt-plot: error: ") and "bad.jsonl: none of its 2 lines is a JSON record" in err[-1]
+    assert not (tmp_path / "x.png").exists()
     log = write_log(tmp_path / "r")
     assert call([str(log), "--labels", "a,b", "--output", str(tmp_path / "x.png")]) == 2
     assert "--labels gives 2 label(s) for 1 log(s)" in capsys.readouterr().err

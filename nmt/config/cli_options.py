@@ -15,6 +15,7 @@ import click
 import yaml
 
 from nmt.config.fields import allowed_text, flag_of
+from nmt.config.safe_yaml import VALUE_BYTES, parse_yaml
 from nmt.errors import ConfigError
 from nmt.registry import REGISTRIES
 
@@ -55,7 +56,7 @@ class YamlValue(click.ParamType):
         if not isinstance(value, str):
             return value
         try:
-            return yaml.safe_load(value)
+            return parse_yaml(value, param.opts[0] if param is not None else "a flag value", VALUE_BYTES)
         except yaml.YAMLError:
             return value
 

@@ -19,6 +19,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from nmt.config.safe_yaml import VALUE_BYTES, parse_yaml
 from nmt.errors import ConfigError, UsageError
 from nmt.fileio import atomic_write_text
 from nmt.config.compat import MOVED_KEYS
@@ -78,7 +79,7 @@ def parse_overrides(schema: type, overrides: list[str] | tuple[str, ...]) -> dic
                 raise ConfigError(f'override "{item}": no config key "{key}"{many}.{hint} '
                                   "List the keys with --help or see docs/configuration.md")
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
+            value = parse_yaml(raw, f'override "{item}"', VALUE_BYTES) if raw != "" else ""
         except yaml.YAMLError:
             value = raw
         out[key] = value
@@ -92,7 +93,7 @@ def load_yaml(path: str | Path | None) -> dict[str, Any]:
     if not path.is_file():
         raise UsageError(f"--config {path}: no such file; give a YAML file (see docs/configuration.md)")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = parse_yaml(path.read_text(encoding="utf-8"), f"--config {path}")
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ConfigError(f"--config {path}: not valid YAML: {first}") from None

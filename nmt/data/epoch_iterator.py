@@ -12,7 +12,7 @@ with shard lengths differing by one -- right for validation, which has no collec
 
 Collation runs in the training process by default (``num_workers=0``): ``dataset.collater`` of the
 ``dataset[i]`` items, with no DataLoader in the way. ``num_workers > 0`` uses a torch DataLoader
-with the remaining batches as its batch sampler.
+with the remaining batches as its batch sampler, and a random generator of its own (see ``_collated``).
 """
 
 from __future__ import annotations
@@ -100,11 +100,17 @@ class EpochBatchIterator:
             for batch in batches:
                 yield self.dataset.collater([self.dataset[int(i)] for i in batch])
             return
+        import torch
         from torch.utils.data import DataLoader
 
         lists = [b.tolist() for b in batches]
+        # Starting a DataLoader draws its workers' base seed from the generator it is given, by default
+        # torch's global one, which dropout also draws from: a run resumed mid-epoch would draw once more
+        # than an uninterrupted one and get other dropout masks. A generator of its own keeps the global
+        # stream untouched (and the workers' seeds a function of seed and epoch).
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
         yield from DataLoader(self.dataset, batch_sampler=lists, collate_fn=self.dataset.collater,
-                              num_workers=self.num_workers)
+                              num_workers=self.num_workers, generator=generator)
 
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "offset": self.offset}

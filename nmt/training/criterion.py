@@ -158,13 +158,18 @@ class Criterion(nn.Module):
         return loss_metrics(sums)
 
 
+def perplexity(nll_bits: float) -> float:
+    """``2 ** nll_bits``; inf past a float's range (a diverging loss) instead of an OverflowError."""
+    return math.inf if nll_bits >= 1024 else 2.0 ** nll_bits
+
+
 def loss_metrics(sums: dict[str, float]) -> dict[str, float]:
     """fairseq's figures from summed logging outputs: ``loss`` per sample-size unit and ``nll_loss`` per
-    target token, both in bits (base 2), and ``ppl = 2**nll_loss`` (inf when that overflows or is NaN)."""
+    target token, both in bits (base 2), and ``ppl = 2**nll_loss``."""
     ntokens, sample_size = float(sums.get("ntokens", 0)), float(sums.get("sample_size", 0))
     loss = float(sums.get("loss", 0)) / sample_size / LN2 if sample_size else 0.0
     nll_loss = float(sums.get("nll_loss", 0)) / ntokens / LN2 if ntokens else 0.0
-    return {"loss": loss, "nll_loss": nll_loss, "ppl": 2.0 ** nll_loss if nll_loss < 1000 else math.inf}
+    return {"loss": loss, "nll_loss": nll_loss, "ppl": perplexity(nll_loss)}
 
 
 def build_criterion(group: dict[str, Any], padding_idx: int) -> Criterion:

@@ -195,7 +195,10 @@ class TrainingRun:
             if 0 < max_epoch <= self.train_itr.epoch and self.train_itr.end_of_epoch():
                 reason = f"reached --max-epoch {max_epoch}"
                 break
-            reason, summary = self._train_epoch()
+            try:
+                reason, summary = self._train_epoch()
+            except TrainingDiverged as e:  # in an update or a validation: name where to resume from
+                raise TrainingDiverged(f"{e}; {self.last_good_hint()}") from e
         self.log.info(f"done training: {reason}; {self.trainer.num_updates} updates in {self.elapsed():.1f} s")
         self.log.close()
         return summary
@@ -212,10 +215,7 @@ class TrainingRun:
         reason = None
         tick = time.perf_counter()
         for samples in self.log.bar(chunks(batches, opt.update_freq), epoch, total, done):
-            try:
-                stats = t.train_step(samples)
-            except TrainingDiverged as e:
-                raise TrainingDiverged(f"{e}; {self.last_good_hint()}") from e
+            stats = t.train_step(samples)
             if not stats["applied"]:
                 self.log.info(f"update {t.num_updates + 1}: fp16 gradient overflow, update skipped; "
                               f"loss scale now {t.precision.loss_scale:g}")

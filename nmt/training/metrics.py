@@ -87,6 +87,8 @@ def format_value(key: str, value: Any) -> str:
     """How fairseq prints each figure: ints for counts/speeds, 3 decimals for losses, lr in %g."""
     if isinstance(value, str):
         return value
+    if value is None:  # e.g. no best value yet
+        return "-"
     if key in ("wps", "wpb", "bsz", "num_updates", "train_wall", "wall"):
         return str(int(round(value)))
     if key in ("lr", "loss_scale"):

@@ -22,6 +22,9 @@ class TrainingDiverged(NmtError):
     """The loss or the gradients became NaN/inf (or fp16's loss scale hit its floor)."""
 
 
+_DIVERGED = "training diverged. Lower --lr, raise --warmup-updates, or set --clip-norm"
+
+
 class DynamicLossScaler:
     """fp16's loss scale: halved on an overflowing update, doubled after ``scale_window``
     updates in a row without one. Below ``min_loss_scale`` training is declared diverged."""
@@ -126,9 +129,8 @@ class Precision:
         if self.scaler is not None:
             return self.scaler.update(finite, num_updates)
         if not finite:
-            raise TrainingDiverged(
-                f"update {num_updates + 1}: the gradient norm is {grad_norm} ({self.name}); training diverged. "
-                "Lower --lr, raise --warmup-updates, or set --clip-norm")
+            raise TrainingDiverged(f"update {num_updates + 1}: the gradient norm is {grad_norm} ({self.name}); "
+                                   f"{_DIVERGED}")
         return True
 
     def state_dict(self) -> dict:
@@ -139,8 +141,8 @@ class Precision:
             self.scaler.load_state_dict(state["scaler"])
 
 
-def check_finite_loss(loss: float, num_updates: int) -> None:
-    """Stop with a clear message when the (summed) loss of an update is NaN/inf."""
+def check_finite_loss(loss: float, update: int, what: str = "training loss") -> None:
+    """Stop with a clear message when a summed loss is NaN/inf: going on would only write checkpoints
+    and log lines of a broken model. ``update`` is the update the loss belongs to."""
     if not math.isfinite(loss):
-        raise TrainingDiverged(f"update {num_updates + 1}: the training loss is {loss}; training diverged. "
-                               "Lower --lr, raise --warmup-updates, or set --clip-norm")
+        raise TrainingDiverged(f"update {update}: the {what} is {loss}; {_DIVERGED}")

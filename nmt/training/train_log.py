@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -49,6 +51,11 @@ class TrainLog:
         self.format = cfg.log_format or "simple"
         self.progress_bar = is_master and not no_progress_bar and sys.stderr.isatty()
         self.json_path = Path(save_dir) / JSON_LOG if (is_master and save_dir) else None
+        if self.json_path is not None:
+            dropped = drop_partial_last_line(self.json_path)
+            if dropped:
+                logger.warning(f"{self.json_path}: dropped its last line ({dropped} bytes), cut off by an "
+                               "interrupted run")
         self.tensorboard = _tensorboard_writer(cfg.tensorboard_logdir) if is_master else None
         self.start = time.time()
 
@@ -63,11 +70,10 @@ class TrainLog:
         if self.format == "simple":
             logger.info(_simple_line(kind, epoch, stats, progress, subset))
         elif self.format == "json":
-            logger.info(json.dumps({**head, **_rounded(stats)}))
+            logger.info(_json_line({**head, **stats}))
         if self.json_path is not None:
             self.json_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.json_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps({**head, "time": round(time.time(), 3), **_rounded(stats)}) + "\n")
+            append_line(self.json_path, _json_line({**head, "time": round(time.time(), 3), **stats}))
         if self.tensorboard is not None:
             step = int(stats.get("num_updates", 0))
             tag = subset if kind == "valid" and subset != "valid" else kind
@@ -96,8 +102,49 @@ class TrainLog:
             self.tensorboard.close()
 
 
-def _rounded(stats: dict[str, Any]) -> dict[str, Any]:
-    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in stats.items()}
+def _json_line(record: dict[str, Any]) -> str:
+    """Standard JSON (no NaN/Infinity, which strict readers refuse): a non-finite figure is null,
+    as JavaScript writes it; floats rounded to 6 decimals."""
+    def plain(v: Any) -> Any:
+        if isinstance(v, float):
+            return round(v, 6) if math.isfinite(v) else None
+        return v
+
+    return json.dumps({k: plain(v) for k, v in record.items()}, allow_nan=False)
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line with a single unbuffered write: a kill leaves it whole, absent, or cut short at
+    the very end of the file (which the next run drops), never interleaved with the next record."""
+    data = memoryview((line + "\n").encode("utf-8"))
+    with open(path, "ab", buffering=0) as f:
+        while data:  # a regular file takes it in one write; loop in case the OS takes less
+            data = data[f.write(data):]
+
+
+def drop_partial_last_line(path: Path) -> int:
+    """Cut a last line that has no newline (the run was killed during its append) off ``path``, so that
+    the next append starts a line of its own; returns the bytes dropped (0: whole or missing file)."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    keep = size
+    with open(path, "rb") as f:
+        while keep > 0:  # back from the end, 4 KB at a time, to the last newline
+            start = max(0, keep - 4096)
+            f.seek(start)
+            chunk = f.read(keep - start)
+            if keep == size and chunk.endswith(b"\n"):
+                return 0
+            newline = chunk.rfind(b"\n")
+            if newline >= 0:
+                keep = start + newline + 1
+                break
+            keep = start
+    if keep < size:
+        os.truncate(path, keep)
+    return size - keep
 
 
 def _simple_line(kind: str, epoch: int, stats: dict[str, Any], progress: str, subset: str) -> str:

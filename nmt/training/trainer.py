@@ -89,7 +89,7 @@ class Trainer:
     def _step(self, totals: dict[str, float]) -> dict[str, Any]:
         """Normalise, clip, check and apply the accumulated gradients."""
         if self.precision.scaler is None:
-            check_finite_loss(totals["loss"], self.num_updates)
+            check_finite_loss(totals["loss"], self.num_updates + 1)
         if self.ctx.is_distributed and not distributed.grads_are_averaged(self.wrapped):
             distributed.all_reduce_grads(self.params)
         grads = [p.grad for p in self.params if p.grad is not None]
@@ -125,5 +125,8 @@ class Trainer:
         return {k: float(log.get(k, 0.0)) for k in self.criterion.logged_sums}
 
     def all_reduce(self, sums: dict[str, float]) -> dict[str, float]:
-        """Validation sums over the ranks."""
-        return self._all_reduce_stats(sums)
+        """Validation sums over the ranks. A NaN/inf validation loss stops training as diverged (on every
+        rank: they all see the same sums) before it reaches the best-checkpoint comparison."""
+        totals = self._all_reduce_stats(sums)
+        check_finite_loss(totals["loss"], self.num_updates, "validation loss")
+        return totals
