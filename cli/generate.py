@@ -70,7 +70,11 @@ def run(cfg: GenerateJob) -> None:
     reference_file = _reference_file(cfg, data.tgt)
     references = _references(reference_file, cfg.gen_subset, len(dataset))
     translator = make_translator(cfg.generation, cfg.inference, data, cfg.common.seed)
-    translator.check_source_lengths(dataset.src_sizes, lambda k: f"{cfg.data}: split {cfg.gen_subset}, sentence {k}")
+
+    def where(k: int) -> str:
+        return f"{cfg.data}: split {cfg.gen_subset}, sentence {k}"
+
+    translator.check_source_lengths(dataset.src_sizes, where)
     inf, gen = cfg.inference, cfg.generation
     plan = batch_by_size(dataset.src_sizes, None, max_tokens=inf.max_tokens,
                          max_sentences=inf.batch_size or (None if inf.max_tokens else 128), seed=None,
@@ -84,7 +88,7 @@ def run(cfg: GenerateJob) -> None:
             yield batch["id"].tolist(), batch["net_input"]["src_tokens"], batch["net_input"]["src_lengths"]
 
     with _output(cfg) as out:
-        for sid, hyps in translator.translate_stream(batches(), need_attn=need_attn):
+        for sid, hyps in translator.translate_stream(batches(), need_attn=need_attn, where=where):
             sample = dataset[sid]
             src_len = len(sample["source"])
             target = data.tgt_dict.string(sample["target"])
