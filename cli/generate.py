@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import IO, Iterator
 
+import click
 import torch
 
 from nmt.cli.common import config_command
@@ -52,7 +53,20 @@ def _references(path: str | None, subset: str, count: int) -> list[str] | None:
     return lines
 
 
-def run(cfg: GenerateJob) -> None:
+SKIP_INVALID = click.Option(
+    ["--skip-invalid-size-inputs-valid-test"], is_flag=True, default=False,
+    help="Skip sentences longer than the model's positions or bigger than --max-tokens (counted in a warning) "
+         "instead of failing.")
+
+
+def skipped_line(skipped: int, total: int, subset: str, positions: str) -> str:
+    """The warning of --skip-invalid-size-inputs-valid-test: how many sentences were left out, and why
+    (``positions``: the model's limits, e.g. "1024 source positions")."""
+    return (f"warning: skipped {skipped} of {total} sentences of split {subset}: longer than the model's "
+            f"{positions} or bigger than --max-tokens ({SKIP_INVALID.opts[0]}); they are not scored")
+
+
+def run(cfg: GenerateJob, skip_invalid_size_inputs_valid_test: bool = False) -> None:
     from nmt.data.batching import batch_by_size
     from nmt.data.language_pair_dataset import load_language_pair
     from nmt.data.text_pipeline import load_text_pipeline
@@ -74,11 +88,14 @@ def run(cfg: GenerateJob) -> None:
     def where(k: int) -> str:
         return f"{cfg.data}: split {cfg.gen_subset}, sentence {k}"
 
-    translator.check_source_lengths(dataset.src_sizes, where)
+    if not skip_invalid_size_inputs_valid_test:
+        translator.check_source_lengths(dataset.src_sizes, where,
+                                        fix=f"split the sentence or pass {SKIP_INVALID.opts[0]} to skip such sentences")
     inf, gen = cfg.inference, cfg.generation
     plan = batch_by_size(dataset.src_sizes, None, max_tokens=inf.max_tokens,
                          max_sentences=inf.batch_size or (None if inf.max_tokens else 128), seed=None,
-                         split=cfg.gen_subset)
+                         max_source_positions=translator.max_source_positions(),
+                         skip_invalid=skip_invalid_size_inputs_valid_test, split=cfg.gen_subset)
     need_attn = gen.print_alignment or bool(cfg.attention_plot)
     hyps_out: dict[int, str] = {}
     refs_out: dict[int, str] = {}
@@ -106,6 +123,9 @@ def run(cfg: GenerateJob) -> None:
                 out.write("\n".join(lines) + "\n")
         ids = sorted(hyps_out)
         summary = [translator.speed()]
+        if plan.num_skipped:
+            positions = f"{translator.max_source_positions()} source positions"
+            summary.append(skipped_line(plan.num_skipped, len(dataset), cfg.gen_subset, positions))
         if ids:
             bleu, signature = corpus_bleu([hyps_out[i] for i in ids], [refs_out[i] for i in ids])
             against = ("the decoded target side" if references is None
@@ -118,4 +138,5 @@ def run(cfg: GenerateJob) -> None:
         print("\n".join(summary), file=sys.stderr)
 
 
-main = config_command("nmt-generate", GenerateJob, run, help=__doc__, arguments={"data": "data"})
+main = config_command("nmt-generate", GenerateJob, run, help=__doc__, arguments={"data": "data"},
+                      extra_params=[SKIP_INVALID])
