@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import IO, Iterator
 
+import click
 import torch
 
 from nmt.cli.common import config_command
@@ -52,6 +53,16 @@ def _references(path: str | None, subset: str, count: int) -> list[str] | None:
     return lines
 
 
+SKIP_INVALID = "--skip-invalid-size-inputs-valid-test"
+
+
+def skipped_line(skipped: int, total: int, subset: str, positions: str) -> str:
+    """The warning of --skip-invalid-size-inputs-valid-test: how many sentences were left out, and why
+    (``positions``: the model's limits, e.g. "1024 source positions")."""
+    return (f"warning: skipped {skipped} of {total} sentences of split {subset}: longer than the model's "
+            f"{positions} or bigger than --max-tokens ({SKIP_INVALID}); they are not scored")
+
+
 def run(cfg: GenerateJob) -> None:
     from nmt.data.batching import batch_by_size
     from nmt.data.language_pair_dataset import load_language_pair
@@ -70,11 +81,18 @@ def run(cfg: GenerateJob) -> None:
     reference_file = _reference_file(cfg, data.tgt)
     references = _references(reference_file, cfg.gen_subset, len(dataset))
     translator = make_translator(cfg.generation, cfg.inference, data, cfg.common.seed)
-    translator.check_source_lengths(dataset.src_sizes, lambda k: f"{cfg.data}: split {cfg.gen_subset}, sentence {k}")
+
+    def where(k: int) -> str:
+        return f"{cfg.data}: split {cfg.gen_subset}, sentence {k}"
+
+    if not cfg.skip_invalid_size_inputs_valid_test:
+        translator.check_source_lengths(dataset.src_sizes, where,
+                                        fix=f"split the sentence or pass {SKIP_INVALID} to skip such sentences")
     inf, gen = cfg.inference, cfg.generation
     plan = batch_by_size(dataset.src_sizes, None, max_tokens=inf.max_tokens,
                          max_sentences=inf.batch_size or (None if inf.max_tokens else 128), seed=None,
-                         split=cfg.gen_subset)
+                         max_source_positions=translator.max_source_positions(),
+                         skip_invalid=cfg.skip_invalid_size_inputs_valid_test, split=cfg.gen_subset)
     need_attn = gen.print_alignment or bool(cfg.attention_plot)
     hyps_out: dict[int, str] = {}
     refs_out: dict[int, str] = {}
@@ -84,7 +102,7 @@ def run(cfg: GenerateJob) -> None:
             yield batch["id"].tolist(), batch["net_input"]["src_tokens"], batch["net_input"]["src_lengths"]
 
     with _output(cfg) as out:
-        for sid, hyps in translator.translate_stream(batches(), need_attn=need_attn):
+        for sid, hyps in translator.translate_stream(batches(), need_attn=need_attn, where=where):
             sample = dataset[sid]
             src_len = len(sample["source"])
             target = data.tgt_dict.string(sample["target"])
@@ -102,6 +120,9 @@ def run(cfg: GenerateJob) -> None:
                 out.write("\n".join(lines) + "\n")
         ids = sorted(hyps_out)
         summary = [translator.speed()]
+        if plan.num_skipped:
+            positions = f"{translator.max_source_positions()} source positions"
+            summary.append(skipped_line(plan.num_skipped, len(dataset), cfg.gen_subset, positions))
         if ids:
             bleu, signature = corpus_bleu([hyps_out[i] for i in ids], [refs_out[i] for i in ids])
             against = ("the decoded target side" if references is None

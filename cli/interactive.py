@@ -48,12 +48,16 @@ def run(cfg: InteractiveJob) -> None:
     typing = cfg.input == "-" and sys.stdin.isatty()  # someone typing wants each line at once
     source = decoded_lines(sys.stdin.buffer, shown) if cfg.input == "-" else read_lines(cfg.input)
     start_id = 0
+
+    def where(k: int) -> str:  # the k-th line of the batch being translated
+        return f"{shown}: line {start_id + k + 1}"
+
     try:
         for lines in _buffered(source, 1 if typing else cfg.buffer_size):
             ids = [data.src_dict.encode_line(encode(line)) for line in lines]
-            translator.check_source_lengths([len(i) for i in ids], lambda k: f"{shown}: line {start_id + k + 1}")
+            translator.check_source_lengths([len(i) for i in ids], where)
             src_tokens, src_lengths = pad_batch(ids, data.src_dict.pad())
-            results = translator.translate(src_tokens, src_lengths, need_attn=gen.print_alignment)
+            results = translator.translate(src_tokens, src_lengths, need_attn=gen.print_alignment, where=where)
             out = []
             for k, hyps in enumerate(results):
                 sid = start_id + k

@@ -18,6 +18,7 @@ import click
 import torch
 
 from nmt.cli.common import config_command
+from nmt.cli.generate import SKIP_INVALID, skipped_line
 from nmt.config.validate import ValidateJob
 
 
@@ -31,15 +32,37 @@ def checkpoint_criterion(path: str, padding_idx: int) -> Any:
     return build_criterion(dict(group), padding_idx)
 
 
-@torch.no_grad()
-def split_figures(model: torch.nn.Module, criterion: Any, dataset: Any, cfg: ValidateJob, subset: str) -> dict[str, Any]:
-    """loss, nll_loss (bits per token), ppl and speed of ``model`` over ``dataset``."""
+def batches_that_fit(model: torch.nn.Module, dataset: Any, cfg: ValidateJob, subset: str, skip: bool) -> Any:
+    """The batch plan of ``dataset``: a sentence longer than the model's positions or bigger than
+    --max-tokens is refused naming --skip-invalid-size-inputs-valid-test, or with it skipped and counted."""
     from nmt.data.batching import batch_by_size
+    from nmt.errors import DataError
+    from nmt.generation.guards import check_lengths
+
+    limits = {"source": int(model.cfg.max_source_positions), "target": int(model.cfg.max_target_positions)}
+    if not skip:
+        fix = f"pass {SKIP_INVALID} to skip such sentences"
+        check_lengths(dataset.src_sizes, limits["source"], lambda k: f"{subset}: sentence {k}", "source", fix)
+        check_lengths(dataset.tgt_sizes, limits["target"], lambda k: f"{subset}: sentence {k}", "target", fix)
+    plan = batch_by_size(dataset.src_sizes, dataset.tgt_sizes, max_tokens=cfg.max_tokens,
+                         max_sentences=cfg.batch_size, seed=None, max_source_positions=limits["source"],
+                         max_target_positions=limits["target"], skip_invalid=skip, split=subset)
+    if plan.num_skipped:
+        positions = f"{limits['source']} source / {limits['target']} target positions"
+        click.echo(skipped_line(plan.num_skipped, len(dataset), subset, positions), err=True)
+    if not plan.num_sentences:
+        raise DataError(f"{subset}: every sentence was skipped; nothing to score")
+    return plan
+
+
+@torch.no_grad()
+def split_figures(model: torch.nn.Module, criterion: Any, dataset: Any, cfg: ValidateJob, subset: str
+                  ) -> dict[str, Any]:
+    """loss, nll_loss (bits per token), ppl and speed of ``model`` over ``dataset``."""
     from nmt.generation.inference import autocast
     from nmt.training.metrics import ValidMeter
 
-    plan = batch_by_size(dataset.src_sizes, dataset.tgt_sizes, max_tokens=cfg.max_tokens,
-                         max_sentences=cfg.batch_size, seed=None, split=subset)
+    plan = batches_that_fit(model, dataset, cfg, subset, cfg.skip_invalid_size_inputs_valid_test)
     model.eval()
     criterion.eval()
     meter = ValidMeter(criterion)
@@ -79,7 +102,8 @@ def run(cfg: ValidateJob) -> None:
         model = load_model(path, data.src_dict, data.tgt_dict)
         criterion = checkpoint_criterion(path, data.tgt_dict.pad())
         for subset, dataset in datasets.items():
-            click.echo(figures_line(subset, split_figures(model, criterion, dataset, cfg, subset), path))
+            stats = split_figures(model, criterion, dataset, cfg, subset)
+            click.echo(figures_line(subset, stats, path))
         click.echo(f"scored {Path(path).name} in {time.perf_counter() - start:.1f}s", err=True)
 
 

@@ -73,3 +73,24 @@ def make_checkpoint(data_bin: Path, path: Path, seed: int = 0, epoch: int = 1, n
                         dictionaries={"source": d, "target": d})
     save_checkpoint(path, state)
     return path
+
+
+def one_error_line(err: str, prog: str, *needles: str) -> str:
+    """The single ``prog: error: ...`` line a failed command must print (no traceback, nothing else
+    on stderr); each of ``needles`` must be in it."""
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err, err
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), err
+    for needle in needles:
+        assert needle in lines[0], err
+    return lines[0]
+
+
+def edited_checkpoint(src: Path, dst: Path, edit: Callable[[dict], None]) -> Path:
+    """A copy of checkpoint ``src`` whose model weights ``edit`` changed in place."""
+    from nmt.training.checkpoints import load_checkpoint, save_checkpoint
+
+    state = load_checkpoint(src)
+    edit(state["model"])
+    save_checkpoint(dst, state)
+    return dst

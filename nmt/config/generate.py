@@ -80,6 +80,9 @@ class GenerateJob(TranslateJob):
                                               "(needs matplotlib).")
     attention_plot_sentences: int = opt(3, "How many sentences --attention-plot draws.", low=1)
     attention_layer: int = opt(-1, "Decoder layer whose cross-attention --attention-plot draws (-1: the last).")
+    skip_invalid_size_inputs_valid_test: bool = opt(False, "Skip sentences longer than the model's positions or "
+                                                           "bigger than --max-tokens (counted in a warning) instead "
+                                                           "of failing.")
 
 
 @dataclass

@@ -24,3 +24,6 @@ class ValidateJob:
     batch_size: Optional[int] = opt(None, "Maximum sentences in a batch.", low=1)
     bf16: bool = opt(False, "Run the model under bfloat16 autocast, as --bf16 training validates.")
     threads: Optional[int] = opt(None, "torch intra-op threads [default: torch's choice].", low=1)
+    skip_invalid_size_inputs_valid_test: bool = opt(False, "Skip sentences longer than the model's positions or "
+                                                           "bigger than --max-tokens (counted in a warning) instead "
+                                                           "of failing.")

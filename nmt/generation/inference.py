@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Sequence
 
-import numpy as np
 import torch
 
 from nmt.config.generate import GenerationConfig, InferenceConfig
-from nmt.errors import DataError, UsageError
+from nmt.errors import UsageError
 from nmt.generation.ensemble import EnsembleModel
+from nmt.generation.guards import (check_beam_fits_vocabulary, check_finite_hypotheses, check_finite_parameters,
+                                   check_lengths, within_positions)
 from nmt.generation.search import Hypothesis, Search, SourceBatch, build_search
 
 
@@ -55,7 +56,8 @@ def checkpoint_paths(spec: str | None) -> list[str]:
 
 
 def load_model(path: str, src_dict: Any, tgt_dict: Any) -> torch.nn.Module:
-    """Build the model a checkpoint describes and load its weights; its dictionaries must match."""
+    """Build the model a checkpoint describes and load its weights; its dictionaries must match and
+    its parameters be finite."""
     from nmt.models.build import build_model
     from nmt.training.checkpoints import check_dictionaries, load_model_for_inference
 
@@ -63,6 +65,7 @@ def load_model(path: str, src_dict: Any, tgt_dict: Any) -> torch.nn.Module:
     check_dictionaries({"dictionaries": fingerprints}, path, {"source": src_dict, "target": tgt_dict})
     model = build_model(model_cfg, src_dict, tgt_dict)
     model.load_state_dict(weights)
+    check_finite_parameters(model, path)
     return model.eval()
 
 
@@ -104,20 +107,26 @@ class Translator:
     sentences: int = 0
     tokens: int = 0  # generated tokens of the best hypotheses, eos included
 
-    def translate(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor,
-                  need_attn: bool = False) -> list[list[Hypothesis]]:
+    def translate(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor, need_attn: bool = False,
+                  where: Callable[[int], str] = lambda k: f"sentence {k}") -> list[list[Hypothesis]]:
+        """The hypotheses of each row of ``src_tokens``; a row without a finite one is an error
+        naming ``where(row)``."""
         start = time.perf_counter()
         with torch.inference_mode():
             hyps = self.search.search(self.ens, src_tokens, src_lengths, need_attn=need_attn)
         self.seconds += time.perf_counter() - start
+        for k, row in enumerate(hyps):
+            check_finite_hypotheses(row, where(k))
         self.sentences += len(hyps)
         self.tokens += sum(len(h[0].tokens) for h in hyps if h)
         return hyps
 
-    def translate_stream(self, batches: Iterable[SourceBatch],
-                         need_attn: bool = False) -> Iterator[tuple[int, list[Hypothesis]]]:
+    def translate_stream(self, batches: Iterable[SourceBatch], need_attn: bool = False,
+                         where: Callable[[int], str] = lambda i: f"sentence {i}",
+                         ) -> Iterator[tuple[int, list[Hypothesis]]]:
         """(sentence id, hypotheses) for every sentence of ``batches``, in the order they finish:
-        the search starts waiting sentences as running ones finish (``Search.search_stream``)."""
+        the search starts waiting sentences as running ones finish (``Search.search_stream``). A
+        sentence without a finite hypothesis is an error naming ``where(id)``."""
         stream = self.search.search_stream(self.ens, batches, need_attn=need_attn)
         while True:
             start = time.perf_counter()
@@ -126,21 +135,21 @@ class Translator:
             self.seconds += time.perf_counter() - start
             if item is None:
                 return
+            check_finite_hypotheses(item[1], where(item[0]))
             self.sentences += 1
             self.tokens += len(item[1][0].tokens) if item[1] else 0
             yield item
 
-    def check_source_lengths(self, lengths: Sequence[int], where: Callable[[int], str]) -> None:
+    def max_source_positions(self) -> int:
+        """The longest source every model of the ensemble was built for."""
+        return min(int(m.cfg.max_source_positions) for m in self.ens.models)
+
+    def check_source_lengths(self, lengths: Sequence[int], where: Callable[[int], str],
+                             fix: str = "split the sentence") -> None:
         """Refuse a source longer than every model of the ensemble was built for (its
         ``model.max_source_positions``): searching it would cost memory quadratic in its length.
         ``where(k)`` names the k-th source for the message."""
-        limit = min(int(m.cfg.max_source_positions) for m in self.ens.models)
-        too_long = np.flatnonzero(np.asarray(lengths, dtype=np.int64) > limit)
-        if len(too_long):
-            k = int(too_long[0])
-            raise DataError(f"{where(k)}: {int(lengths[k])} source tokens (eos included), more than the "
-                            f"{limit} positions the model was built for (model.max_source_positions); "
-                            "split the sentence")
+        check_lengths(lengths, self.max_source_positions(), where, "source", fix)
 
     def speed(self) -> str:
         s = max(self.seconds, 1e-9)
@@ -151,6 +160,7 @@ class Translator:
 def make_translator(gen: GenerationConfig, inf: InferenceConfig, data: DataDir, seed: int) -> Translator:
     from nmt.allocator import keep_freed_memory
 
+    check_beam_fits_vocabulary(gen.beam, data.tgt_dict, str(data.path / f"dict.{data.tgt}.txt"))
     keep_freed_memory()
     if inf.threads:
         torch.set_num_threads(inf.threads)
@@ -158,6 +168,7 @@ def make_translator(gen: GenerationConfig, inf: InferenceConfig, data: DataDir, 
     if inf.bf16:
         to_bf16(ens)
     start = decoder_start(ens, data.tgt_dict)
+    gen = within_positions(gen, ens.max_target_positions())
     return Translator(ens, build_search(gen, data.tgt_dict, seed=seed, decoder_start=start))
 
 

@@ -87,9 +87,10 @@ class Search:
 
     def max_lengths(self, ens: EnsembleModel, src_lengths: torch.Tensor) -> torch.Tensor:
         """Per sentence, the most tokens it may generate before its eos: (B,) long."""
-        limit = self.gen.max_len_a * src_lengths.double() + self.gen.max_len_b  # (B,)
         cap = ens.max_target_positions() - 1  # the eos needs a position too
-        return limit.floor().long().clamp(min=max(self.gen.min_len, 1), max=cap)
+        # Capped before any cast: a --max-len-a/-b beyond int64 would wrap around (or not convert).
+        limit = self.gen.max_len_a * src_lengths.double() + float(min(self.gen.max_len_b, cap))  # (B,)
+        return limit.floor().clamp(max=cap).long().clamp(min=min(max(self.gen.min_len, 1), cap))
 
     def apply_rules(self, lprobs: torch.Tensor, step: int | torch.Tensor, generated: torch.Tensor,
                     max_lens: torch.Tensor) -> torch.Tensor:
