@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from nmt.config.fields import opt
-from nmt.errors import ConfigError
+from nmt.errors import ConfigError, DataError
 from nmt.generation.path_search import PathSearch
 from nmt.config.generate import GenerationConfig
 from nmt.generation.search import NEG_INF, Specials
@@ -51,4 +51,8 @@ class SamplingSearch(PathSearch):
             drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
             logits = logits.masked_fill(drop, NEG_INF)
         probs = logits.softmax(dim=1)  # (N, V)
-        return torch.multinomial(probs, 1, generator=self.generator).squeeze(1)  # (N,)
+        try:
+            return torch.multinomial(probs, 1, generator=self.generator).squeeze(1)  # (N,)
+        except RuntimeError as e:  # NaN/inf probabilities: torch refuses to draw
+            raise DataError("sampling: the model gave non-finite probabilities (NaN or inf); check the checkpoint "
+                            "(nmt-validate) and --unkpen / --temperature") from e
