@@ -60,7 +60,7 @@ def make_checkpoint(data_bin: Path, path: Path, seed: int = 0, epoch: int = 1, n
     from nmt.data.dictionary import Dictionary
     from nmt.models.build import build_model
     from nmt.plugin_loader import load_plugins
-    from nmt.training.checkpoints import build_state, save_checkpoint
+    from nmt.checkpoint.format import build_state, save_checkpoint
 
     load_plugins()
     d = Dictionary.load(data_bin / "dict.en.txt")

@@ -14,8 +14,9 @@ from typing import Any, Sequence
 
 import torch
 
+from nmt.checkpoint.errors import CheckpointError
+from nmt.checkpoint.format import load_checkpoint, save_checkpoint
 from nmt.errors import UsageError
-from nmt.training.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 
 EPOCH_NAME = re.compile(r"checkpoint(\d+)\.pt")
 UPDATE_NAME = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")

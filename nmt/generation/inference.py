@@ -58,8 +58,9 @@ def checkpoint_paths(spec: str | None) -> list[str]:
 
 def load_model(path: str, src_dict: Any, tgt_dict: Any) -> torch.nn.Module:
     """Build the model a checkpoint describes and load its weights; its dictionaries must match."""
+    from nmt.checkpoint.format import load_model_for_inference
+    from nmt.checkpoint.verify import check_dictionaries
     from nmt.models.build import build_model
-    from nmt.training.checkpoints import check_dictionaries, load_model_for_inference
 
     model_cfg, weights, fingerprints = load_model_for_inference(path)
     check_dictionaries({"dictionaries": fingerprints}, path, {"source": src_dict, "target": tgt_dict})

@@ -204,8 +204,8 @@ def import_checkpoint(path: str | Path, data: str | Path, output: str | Path, *,
                       target_lang: str | None = None) -> Path:
     """Convert fairseq checkpoint ``path`` (dictionaries from data-bin ``data``, ours or fairseq's) into an
     nmt checkpoint at ``output``, written atomically; returns ``output``."""
+    from nmt.checkpoint.format import build_state, save_checkpoint
     from nmt.interop.fairseq_data import read_fairseq_dictionary
-    from nmt.training.checkpoints import build_state, save_checkpoint
 
     path, data = Path(path), Path(data)
     if not data.is_dir():
