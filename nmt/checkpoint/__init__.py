@@ -8,5 +8,7 @@ keeps and resumes from (``manager``), and the pieces they share.
   the newest good checkpoint beside them.
 - ``versions``: the format version and the migrations from older ones.
 - ``verify``: plugins, dictionaries and parameter shapes a checkpoint needs.
+- ``model_fit``: a model built from a stored config only after the config is checked against the tensors.
+- ``save_dir``: the ``--save-dir`` folder, created and locked for one run at a time.
 - ``rng_state``: every random generator's state as plain values.
 """

@@ -57,15 +57,18 @@ def checkpoint_paths(spec: str | None) -> list[str]:
 
 
 def load_model(path: str, src_dict: Any, tgt_dict: Any) -> torch.nn.Module:
-    """Build the model a checkpoint describes and load its weights; its dictionaries must match."""
+    """Build the model a checkpoint describes and load its weights; its dictionaries must match, and its
+    stored config must fit its tensors before anything is allocated (an edited config is refused)."""
     from nmt.checkpoint.format import load_model_for_inference
+    from nmt.checkpoint.model_fit import build_model_from_weights
     from nmt.checkpoint.verify import check_dictionaries
-    from nmt.models.build import build_model
 
     model_cfg, weights, fingerprints = load_model_for_inference(path)
     check_dictionaries({"dictionaries": fingerprints}, path, {"source": src_dict, "target": tgt_dict})
-    model = build_model(model_cfg, src_dict, tgt_dict)
-    model.load_state_dict(weights)
+    model = build_model_from_weights(model_cfg, weights, src_dict, tgt_dict,
+                                     source=f"checkpoint {path}", what="model config",
+                                     fix="the file is damaged or its config was edited; use the checkpoint as "
+                                         "nmt-train wrote it")
     return model.eval()
 
 

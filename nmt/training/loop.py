@@ -7,6 +7,8 @@ runs at the end of every --validate-interval epochs and every --validate-interva
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import random
 import time
 from itertools import islice
@@ -17,6 +19,7 @@ import numpy as np
 import torch
 
 from nmt.checkpoint.manager import CheckpointManager, TrainingParts
+from nmt.checkpoint.save_dir import hold_save_dir
 from nmt.config.loader import save_config
 from nmt.config.train import TrainJob
 from nmt.errors import NmtError
@@ -77,8 +80,7 @@ class TrainingRun:
                       f"{len(self.train_itr)} batches per epoch per rank; update freq {cfg.optimization.update_freq}")
         self._restore()
         if ctx.is_master:  # after the resume checks: a refused run leaves the previous run's config.yaml
-            Path(cfg.checkpoint.save_dir).mkdir(parents=True, exist_ok=True)
-            save_config(cfg, Path(cfg.checkpoint.save_dir) / "config.yaml")
+            save_config(cfg, Path(cfg.checkpoint.save_dir) / "config.yaml")  # the save dir exists: it is locked
 
     # ------------------------------------------------------------------ resume / save
 
@@ -240,14 +242,18 @@ class TrainingRun:
         return reason or self._stop_reason(), summary
 
 
-def train_worker(cfg: TrainJob) -> dict[str, Any]:
-    """Train in this process (one rank); joins/leaves the process group around it."""
+def train_worker(cfg: TrainJob, save_dir_held: bool = False) -> dict[str, Any]:
+    """Train in this process (one rank); joins/leaves the process group around it. Rank 0 holds the
+    --save-dir lock for the run unless the launcher that spawned it (``save_dir_held``) already does."""
     load_plugins(cfg.common.user_dir)  # a spawned worker starts with empty registries
     ctx = distributed.init(cfg.distributed_training)
     run = None
     try:
-        run = TrainingRun(cfg, ctx)
-        return run.run()
+        with contextlib.ExitStack() as stack:
+            if ctx.is_master and not save_dir_held:
+                stack.enter_context(hold_save_dir(cfg.checkpoint.save_dir))
+            run = TrainingRun(cfg, ctx)
+            return run.run()
     except RuntimeError as e:  # another rank died or stalled: say so in one line instead of gloo's trace
         hint = run.last_good_hint() if run is not None else "no checkpoint was saved by this run"
         failure = distributed.collective_failure(e, ctx, cfg.distributed_training.ddp_timeout, hint)
@@ -259,8 +265,10 @@ def train_worker(cfg: TrainJob) -> dict[str, Any]:
 
 
 def train(cfg: TrainJob) -> dict[str, Any] | None:
-    """Train with the processes the config asks for: spawn local workers, or be one rank."""
+    """Train with the processes the config asks for: spawn local workers (holding the --save-dir lock
+    for them all), or be one rank."""
     if distributed.needs_spawn(cfg.distributed_training):
-        distributed.spawn(train_worker, cfg)
+        with hold_save_dir(cfg.checkpoint.save_dir):
+            distributed.spawn(functools.partial(train_worker, save_dir_held=True), cfg)
         return None
     return train_worker(cfg)
