@@ -24,7 +24,7 @@ from nmt.config.validate import ValidateJob
 
 def checkpoint_criterion(path: str, padding_idx: int) -> Any:
     """The criterion the checkpoint was trained with (from its stored config)."""
-    from nmt.training.checkpoints import load_checkpoint
+    from nmt.checkpoint.format import load_checkpoint
     from nmt.training.criterion import build_criterion
 
     config = load_checkpoint(path).get("config") or {}

@@ -132,7 +132,7 @@ def last_validation(save_dir: Path) -> dict[str, Any]:
 
 def checkpoint_facts(path: Path) -> tuple[int, float]:
     """(parameters, training seconds) of a checkpoint; tied embeddings are counted once."""
-    from nmt.training.checkpoints import load_checkpoint
+    from nmt.checkpoint.format import load_checkpoint
 
     state = load_checkpoint(path)
     unique = {t.data_ptr(): t.numel() for t in state["model"].values()}

@@ -68,7 +68,8 @@ def install(spec: str) -> None:
     """Plant the fault ``spec`` (see the module docstring) in this process."""
     import torch
 
-    from nmt.training import checkpoints, trainer
+    from nmt.checkpoint import format as checkpoint_format
+    from nmt.training import trainer
 
     kind, update, rank = _parse(spec)
     saving = {"update": None}  # the update number of the checkpoint being written
@@ -135,7 +136,7 @@ def install(spec: str) -> None:
             _hold()
         return real_save(obj, f, *args, **kwargs)
 
-    link = checkpoints._link_into_place
+    link = checkpoint_format._link_into_place
 
     def link_with_fault(src, dst):
         if kind == "block-link" and saving["update"] == update:
@@ -145,8 +146,8 @@ def install(spec: str) -> None:
     trainer.Trainer.train_step = train_step_with_fault
     trainer.Trainer._step = step_with_fault
     trainer.Trainer.valid_step = valid_step_with_fault
-    checkpoints.torch.save = save_with_fault
-    checkpoints._link_into_place = link_with_fault
+    checkpoint_format.torch.save = save_with_fault
+    checkpoint_format._link_into_place = link_with_fault
 
 
 def main() -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from nmt.checkpoint.format import load_checkpoint
 from nmt.cli.average_checkpoints import main as average_main
 from nmt.cli.generate import main as generate_main
-from nmt.training.checkpoints import load_checkpoint
 from test_generate_setup import call_cli, make_checkpoint, make_data_bin
 
 

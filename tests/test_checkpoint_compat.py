@@ -1,49 +1,88 @@
-"""A checkpoint written before the one plugin contract (format 1, tests/fixtures/checkpoint_v1) still
-loads, is migrated, and translates exactly as it did; old config spellings get a one-line pointer to
-the new one."""
+"""A checkpoint written by an older nmt (format 1, tests/fixtures/checkpoint_v1, made before the
+plugin-contract change) still loads, is migrated to the current format, and translates exactly as it
+did then: nmt-generate prints the same hypotheses, scores and alignments."""
 
 from __future__ import annotations
 
-import shutil
+import hashlib
 from pathlib import Path
 
 import pytest
 
+from nmt.checkpoint import versions
+from nmt.checkpoint.format import load_checkpoint, save_checkpoint
+from nmt.checkpoint.safe_read import read_file
+from nmt.checkpoint.versions import FORMAT_VERSION, MIGRATIONS, upgrade_from_v1
 from nmt.cli.generate import main as generate_main
 from nmt.cli.train import main as train_main
 from nmt.config.compat import upgrade_config_v1
-from nmt.training.checkpoints import load_checkpoint
 from test_generate_setup import call_cli
 
-FIXTURE = Path(__file__).with_name("fixtures") / "checkpoint_v1"
-KINDS = ("S-", "T-", "H-", "D-", "P-", "A-")
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "checkpoint_v1"
+CHECKPOINT = FIXTURE / "checkpoint_v1.pt"
 
 
-def output_lines(text: str) -> list[str]:
-    return [line for line in text.splitlines() if line.startswith(KINDS)]
+def expected_text() -> str:
+    return (FIXTURE / "generate_valid_beam5.txt").read_text()
 
 
-@pytest.fixture
-def data_bin(tmp_path) -> Path:
-    """A copy: the raw reference path in the BLEU line is the only place the folder shows."""
-    return Path(shutil.copytree(FIXTURE / "data-bin", tmp_path / "DATA"))
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_a_format_1_checkpoint_translates_as_before(data_bin, capsys, monkeypatch):
-    monkeypatch.chdir(data_bin.parent)
-    code = call_cli(generate_main, ["DATA", "--path", str(FIXTURE / "checkpoint_v1.pt"), "--gen-subset", "valid",
+def test_the_fixture_is_format_1():
+    assert read_file(CHECKPOINT)["format_version"] == 1  # as stored, before any migration
+
+
+def test_every_older_version_has_a_migration_step():
+    assert FORMAT_VERSION == 2
+    assert sorted(MIGRATIONS) == list(range(versions.OLDEST_VERSION, FORMAT_VERSION))
+
+
+def test_a_format_1_checkpoint_loads_migrated():
+    state = load_checkpoint(CHECKPOINT)
+    assert state["format_version"] == FORMAT_VERSION
+    assert state["model_config"]["attention"] == {"name": "restricted", "attention_window": 3}
+    assert state["training"]["num_updates"] > 0 and state["model"]
+
+
+def test_the_migration_calls_the_config_upgrades(monkeypatch):
+    import nmt.config.compat as compat
+
+    seen = []
+    monkeypatch.setattr(compat, "upgrade_config_v1", lambda c: seen.append("config") or {**c, "upgraded": True})
+    monkeypatch.setattr(compat, "upgrade_model_config_v1", lambda m: seen.append("model") or {**m, "upgraded": True})
+    state = upgrade_from_v1({"format_version": 1, "config": {"a": 1}, "model_config": {"b": 2}, "model": {}})
+    assert seen == ["config", "model"] and state["format_version"] == 2
+    assert state["config"] == {"a": 1, "upgraded": True} and state["model_config"] == {"b": 2, "upgraded": True}
+
+
+def test_a_migrated_checkpoint_saves_in_the_current_format(tmp_path):
+    save_checkpoint(tmp_path / "c.pt", load_checkpoint(CHECKPOINT))
+    assert read_file(tmp_path / "c.pt")["format_version"] == FORMAT_VERSION
+
+
+@pytest.mark.slow  # a beam search over 16 sentences: a few seconds
+def test_generate_on_the_format_1_checkpoint_prints_what_it_printed_then(capsys):
+    before = {p: sha256(p) for p in FIXTURE.rglob("*") if p.is_file()}
+    code = call_cli(generate_main, [FIXTURE / "data-bin", "--path", CHECKPOINT, "--gen-subset", "valid",
                                     "--beam", "5", "--print-alignment"])
     out, err = capsys.readouterr()
     assert code == 0, err
-    expected = (FIXTURE / "generate_valid_beam5.txt").read_text()
-    assert output_lines(out) == output_lines(expected)
-    assert len(output_lines(out)) == 16 * len(KINDS)
-    bleu = [line for line in out.splitlines() if line.startswith("Generate valid")]
-    assert bleu == [line for line in expected.splitlines() if line.startswith("Generate valid")]
+
+    def lines(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line[:2] in ("H-", "P-", "A-")]
+
+    expected = lines(expected_text())
+    assert len(expected) == 3 * 16
+    assert lines(out) == expected
+    assert {p: sha256(p) for p in FIXTURE.rglob("*") if p.is_file()} == before  # loading never rewrites it
+    bleu = [line.split(" (BP")[0] for line in out.splitlines() if line.startswith("Generate valid")]
+    assert bleu == [line.split(" (BP")[0] for line in expected_text().splitlines() if line.startswith("Generate valid")]
 
 
 def test_the_migration_moves_the_restricted_window_and_the_positions():
-    state = load_checkpoint(FIXTURE / "checkpoint_v1.pt")
+    state = load_checkpoint(CHECKPOINT)
     assert state["format_version"] == 2
     model = state["model_config"]
     assert model["arch"] == {"name": "transformer_tiny"}

@@ -18,12 +18,13 @@ import numpy as np
 import pytest
 import torch
 
+from nmt.checkpoint.errors import CheckpointError
+from nmt.checkpoint.format import build_state, load_checkpoint, load_model_for_inference, save_checkpoint
+from nmt.checkpoint.manager import CheckpointManager, TrainingParts
+from nmt.checkpoint.rng_state import get_rng_state, set_rng_state
+from nmt.checkpoint.safe_read import previous_good_checkpoint
+from nmt.checkpoint.versions import FORMAT_VERSION
 from nmt.errors import ConfigError, NmtError, UsageError
-from nmt.training import checkpoints as ckpt
-from nmt.training.checkpoint_manager import CheckpointManager
-from nmt.training.checkpoints import (CheckpointError, build_state, load_checkpoint, load_model_for_inference,
-                                      previous_good_checkpoint, restore_training_state, save_checkpoint)
-from nmt.training.rng_state import get_rng_state, set_rng_state
 
 torch.set_num_threads(1)
 
@@ -56,6 +57,17 @@ def tiny_state(epoch: int = 1, num_updates: int = 1, end_of_epoch: bool = False,
                        iterator_state={"epoch": epoch, "offset": num_updates}, **kw)
 
 
+def manager(cfg: SimpleNamespace, **kw) -> CheckpointManager:
+    return CheckpointManager(cfg, config=_Job(), **kw)
+
+
+def save_at(mgr: CheckpointManager, epoch: int, num_updates: int, end_of_epoch: bool = False,
+            val_metrics: dict | None = None, model=None) -> list[Path]:
+    """What the training loop does after an update: let the manager save whatever is due."""
+    return mgr.save(TrainingParts(model or torch.nn.Linear(4, 3)), epoch=epoch, num_updates=num_updates,
+                    end_of_epoch=end_of_epoch, val_metrics=val_metrics)
+
+
 def names_in(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
 
@@ -80,7 +92,7 @@ def test_config_is_stored_as_plain_types_and_loads_weights_only(tmp_path):
     loaded = load_checkpoint(tmp_path / "c.pt")
     assert loaded["config"] == {"model": {"dim": 4}, "common": {"seed": 1, "user_dir": None}, "lr": 0.01}
     assert loaded["model_config"] == {"dim": 4}
-    assert type(loaded["config"]) is dict and loaded["format_version"] == ckpt.FORMAT_VERSION
+    assert type(loaded["config"]) is dict and loaded["format_version"] == FORMAT_VERSION
 
 
 def test_numpy_values_are_converted_and_objects_refused_at_save_time(tmp_path):
@@ -112,15 +124,15 @@ def test_restore_continues_training_exactly(tmp_path):
     model, opt, sched = make()
     for _ in range(3):
         step(model, opt, sched)
-    save_checkpoint(tmp_path / "c.pt", tiny_state(model=model, optimizer=opt, lr_scheduler=sched, num_updates=3))
+    save_checkpoint(tmp_path / "checkpoint_last.pt",
+                    tiny_state(model=model, optimizer=opt, lr_scheduler=sched, num_updates=3))
     for _ in range(4):
         step(model, opt, sched)
     expected = [p.detach().clone() for p in model.parameters()]
 
     random.seed(99), np.random.seed(99)  # a different process would have other RNG states
     model2, opt2, sched2 = make()
-    training = restore_training_state(load_checkpoint(tmp_path / "c.pt"), model=model2, optimizer=opt2,
-                                      lr_scheduler=sched2)
+    training = manager(manager_cfg(tmp_path)).resume(TrainingParts(model2, optimizer=opt2, lr_scheduler=sched2))
     assert training["num_updates"] == 3 and training["iterator"] == {"epoch": 1, "offset": 3}
     for _ in range(4):
         step(model2, opt2, sched2)
@@ -141,15 +153,12 @@ def test_load_model_for_inference(tmp_path):
 
 
 def test_names_links_and_pruning(tmp_path):
-    mgr = CheckpointManager(manager_cfg(tmp_path, save_interval_updates=2, keep_interval_updates=2,
-                                        keep_last_epochs=1))
+    mgr = manager(manager_cfg(tmp_path, save_interval_updates=2, keep_interval_updates=2, keep_last_epochs=1))
     model = torch.nn.Linear(4, 3)
     for epoch in (1, 2):
         for u in range(1, 5):  # the 5th update ends the epoch: an end-of-epoch save
-            updates = (epoch - 1) * 5 + u
-            if mgr.wants_save(epoch, updates, False):
-                mgr.save(tiny_state(epoch, updates, model=model))
-        mgr.save(tiny_state(epoch, epoch * 5, True, model=model), {"loss": 5.0 - epoch})
+            save_at(mgr, epoch, (epoch - 1) * 5 + u, model=model)
+        save_at(mgr, epoch, epoch * 5, True, {"loss": 5.0 - epoch}, model=model)
     assert names_in(tmp_path) == ["checkpoint2.pt", "checkpoint_2_6.pt", "checkpoint_2_8.pt", "checkpoint_best.pt",
                                   "checkpoint_last.pt"]
     last, best, ep2 = (tmp_path / n for n in ("checkpoint_last.pt", "checkpoint_best.pt", "checkpoint2.pt"))
@@ -159,8 +168,8 @@ def test_names_links_and_pruning(tmp_path):
 
 def test_best_survives_resume_and_worse_values_do_not_replace_it(tmp_path):
     cfg = manager_cfg(tmp_path)
-    CheckpointManager(cfg).save(tiny_state(1, 5, True), {"loss": 2.0})
-    mgr = CheckpointManager(cfg)
+    save_at(manager(cfg), 1, 5, True, {"loss": 2.0})
+    mgr = manager(cfg)
     mgr.load_for_resume()
     assert mgr.best == 2.0
     assert mgr.names(2, 10, True, {"loss": 2.5}) == ["checkpoint2.pt", "checkpoint_last.pt"]
@@ -174,17 +183,32 @@ def test_best_survives_resume_and_worse_values_do_not_replace_it(tmp_path):
 
 
 def test_keep_best_checkpoints(tmp_path):
-    mgr = CheckpointManager(manager_cfg(tmp_path, keep_best_checkpoints=2, no_epoch_checkpoints=True))
+    mgr = manager(manager_cfg(tmp_path, keep_best_checkpoints=2, no_epoch_checkpoints=True))
     for epoch, loss in enumerate([3.0, 2.0, 2.5, 1.0, 4.0], start=1):
-        mgr.save(tiny_state(epoch, epoch, True), {"loss": loss})
+        save_at(mgr, epoch, epoch, True, {"loss": loss})
     assert [n for n in names_in(tmp_path) if n.startswith("checkpoint.best")] == [
         "checkpoint.best_loss_1.0000.pt", "checkpoint.best_loss_2.0000.pt"]
 
 
 def test_no_save_writes_nothing(tmp_path):
-    mgr = CheckpointManager(manager_cfg(tmp_path / "out", no_save=True, save_interval_updates=1))
-    assert mgr.save(tiny_state(1, 1, True), {"loss": 1.0}) == []
+    mgr = manager(manager_cfg(tmp_path / "out", no_save=True, save_interval_updates=1))
+    assert save_at(mgr, 1, 1, True, {"loss": 1.0}) == []
     assert not (tmp_path / "out").exists()
+    assert mgr.best == 1.0  # the best metric is still tracked (patience, best_loss in the log)
+
+
+def test_only_the_writer_writes_but_every_rank_tracks_the_best(tmp_path):
+    mgr = manager(manager_cfg(tmp_path), writer=False)
+    assert save_at(mgr, 1, 5, True, {"loss": 2.0}) == [] and names_in(tmp_path) == []
+    assert mgr.best == 2.0
+
+
+def test_stopping_between_scheduled_saves_writes_only_the_last_checkpoint(tmp_path):
+    mgr = manager(manager_cfg(tmp_path, save_interval_updates=10))
+    assert save_at(mgr, 1, 3) == []
+    assert [p.name for p in mgr.save(TrainingParts(torch.nn.Linear(4, 3)), epoch=1, num_updates=4,
+                                     end_of_epoch=False, force_last=True)] == ["checkpoint_last.pt"]
+    assert load_checkpoint(tmp_path / "checkpoint_last.pt")["training"]["best"] == {"metric": "loss", "value": None}
 
 
 def test_resume_path_rules(tmp_path, monkeypatch):
@@ -202,15 +226,15 @@ def test_reset_flags_skip_parts(tmp_path):
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     save_checkpoint(tmp_path / "checkpoint_last.pt", tiny_state(model=model, optimizer=opt, extra={"meters": {"a": 1}}))
     opt2 = torch.optim.SGD(model.parameters(), lr=0.1)
-    mgr = CheckpointManager(manager_cfg(tmp_path, reset_optimizer=True, reset_dataloader=True, reset_meters=True))
-    training = mgr.restore(mgr.load_for_resume(), model=model, optimizer=opt2)
+    mgr = manager(manager_cfg(tmp_path, reset_optimizer=True, reset_dataloader=True, reset_meters=True))
+    training = mgr.resume(TrainingParts(model, optimizer=opt2))
     assert opt2.param_groups[0]["lr"] == 0.1 and training["iterator"] is None and "meters" not in training["extra"]
 
 
 def test_dictionary_mismatch_is_refused(tmp_path):
     save_checkpoint(tmp_path / "checkpoint_last.pt", tiny_state(dictionaries={"target": "a" * 64}))
     with pytest.raises(CheckpointError, match="another target dictionary"):
-        CheckpointManager(manager_cfg(tmp_path)).load_for_resume({"target": "b" * 64})
+        CheckpointManager(manager_cfg(tmp_path), dictionaries={"target": "b" * 64}).load_for_resume()
 
 
 # --------------------------------------------------------------------------- crash safety
@@ -240,7 +264,7 @@ def test_copies_when_hard_links_are_not_supported(tmp_path, monkeypatch):
     save_checkpoint([tmp_path / "a.pt", tmp_path / "b.pt"], tiny_state())
     assert not os.path.samefile(tmp_path / "a.pt", tmp_path / "b.pt")
     assert names_in(tmp_path) == ["a.pt", "b.pt"]
-    assert load_checkpoint(tmp_path / "b.pt")["format_version"] == ckpt.FORMAT_VERSION
+    assert load_checkpoint(tmp_path / "b.pt")["format_version"] == FORMAT_VERSION
 
 
 # --------------------------------------------------------------------------- damaged, hostile, foreign files
@@ -327,8 +351,8 @@ def test_plain_pickle_file_is_refused_without_running(tmp_path):
 
 
 def test_newer_format_and_foreign_files_are_refused(tmp_path):
-    save_checkpoint(tmp_path / "new.pt", {**tiny_state(), "format_version": ckpt.FORMAT_VERSION + 1})
-    with pytest.raises(CheckpointError, match=f"format version {ckpt.FORMAT_VERSION + 1}, newer .* upgrade nmt"):
+    save_checkpoint(tmp_path / "new.pt", {**tiny_state(), "format_version": FORMAT_VERSION + 1})
+    with pytest.raises(CheckpointError, match=f"format version {FORMAT_VERSION + 1}, newer .* upgrade nmt"):
         load_checkpoint(tmp_path / "new.pt")
     torch.save({"args": None, "model": {}}, tmp_path / "fairseq.pt")
     with pytest.raises(CheckpointError, match="not an nmt checkpoint"):
@@ -353,7 +377,7 @@ def test_unregistered_plugin_names_it_and_its_user_dir(tmp_path):
     script = textwrap.dedent(f"""
         import torch
         from nmt.plugin_loader import import_user_dir
-        from nmt.training.checkpoints import build_state, save_checkpoint
+        from nmt.checkpoint.format import build_state, save_checkpoint
         import_user_dir({str(plugins)!r})
         config = {{"common": {{"user_dir": {str(plugins)!r}}}, "model": {{"attention": "ckpt_test_swish"}}}}
         state = build_state(model=torch.nn.Linear(2, 2), config=config, epoch=1, num_updates=1)
@@ -376,7 +400,7 @@ def test_sigkill_during_saves_leaves_a_loadable_last_checkpoint(tmp_path):
     script = textwrap.dedent(f"""
         import torch
         from pathlib import Path
-        from nmt.training.checkpoints import save_checkpoint
+        from nmt.checkpoint.format import save_checkpoint
         folder = Path({str(tmp_path)!r})
         for i in range(1, 10_000):
             state = {{"format_version": 1, "i": i, "model": {{"w": torch.full((1_000_000,), float(i))}}}}

@@ -140,7 +140,7 @@ def toy(tmp_path_factory) -> Path:
 def test_the_source_position_limit_is_one_value_honoured_everywhere(toy, tmp_path, spelling):
     """It filters the training data and sizes the learned positional table (before, the task's copy
     overwrote the model's, so a model.* override trained on longer sentences)."""
-    from nmt.training.checkpoints import load_checkpoint
+    from nmt.checkpoint.format import load_checkpoint
 
     save = tmp_path / "ck"
     run_train([toy, *TINY_MODEL, "--positional", "learned", "--skip-invalid-size-inputs-valid-test",

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from nmt.checkpoint.format import load_checkpoint
 from nmt.fileio import DiskFullError, atomic_write, atomic_write_text
-from nmt.training.checkpoints import load_checkpoint
 from train_toy_data import make_toy_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +48,7 @@ def test_full_disk_inside_torch_save_is_recognised(tmp_path):
     import torch
 
     from fault_points import _FullDisk
-    from nmt.training.checkpoints import save_checkpoint
+    from nmt.checkpoint.format import save_checkpoint
 
     target = tmp_path / "checkpoint_last.pt"
     save_checkpoint(target, {"training": {"num_updates": 1}, "w": torch.zeros(10)})

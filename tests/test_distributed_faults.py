@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from nmt.checkpoint.format import load_checkpoint
 from nmt.config.train import DistributedTrainingConfig
 from nmt.training import distributed
-from nmt.training.checkpoints import load_checkpoint
 from train_toy_data import make_toy_task
 
 FAULT_POINTS = Path(__file__).with_name("fault_points.py")

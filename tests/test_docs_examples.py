@@ -55,7 +55,7 @@ def run(module: str, argv: list[str]) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_example_plugins_train_and_translate_through_the_cli(tmp_path):
-    from nmt.training.checkpoints import load_checkpoint
+    from nmt.checkpoint.format import load_checkpoint
 
     data = make_toy_task(tmp_path / "copy", n_train=120, n_valid=8)
     save = tmp_path / "ck"

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt.training.checkpoints import load_checkpoint
+from nmt.checkpoint.format import load_checkpoint
 from train_toy_data import make_toy_task
 
 pytestmark = pytest.mark.slow

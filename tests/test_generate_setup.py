@@ -60,7 +60,7 @@ def make_checkpoint(data_bin: Path, path: Path, seed: int = 0, epoch: int = 1, n
     from nmt.data.dictionary import Dictionary
     from nmt.models.build import build_model
     from nmt.plugin_loader import load_plugins
-    from nmt.training.checkpoints import build_state, save_checkpoint
+    from nmt.checkpoint.format import build_state, save_checkpoint
 
     load_plugins()
     d = Dictionary.load(data_bin / "dict.en.txt")
@@ -88,7 +88,7 @@ def one_error_line(err: str, prog: str, *needles: str) -> str:
 
 def edited_checkpoint(src: Path, dst: Path, edit: Callable[[dict], None]) -> Path:
     """A copy of checkpoint ``src`` whose model weights ``edit`` changed in place."""
-    from nmt.training.checkpoints import load_checkpoint, save_checkpoint
+    from nmt.checkpoint.format import load_checkpoint, save_checkpoint
 
     state = load_checkpoint(src)
     edit(state["model"])

@@ -56,7 +56,7 @@ def test_user_attention_plugin_through_nmt_train(tmp_path):
     import subprocess
     import sys
 
-    from nmt.training.checkpoints import load_checkpoint
+    from nmt.checkpoint.format import load_checkpoint
     from train_toy_data import TINY_MODEL, make_toy_task
 
     plugins = tmp_path / "my_plugins"

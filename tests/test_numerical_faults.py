@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nmt.training.checkpoints import load_checkpoint
+from nmt.checkpoint.format import load_checkpoint
 from train_toy_data import TINY_MODEL, call_train, make_toy_task
 
 pytestmark = pytest.mark.slow  # nmt-train subprocesses: a few seconds each

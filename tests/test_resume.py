@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from nmt.checkpoint.format import load_checkpoint
 from nmt.data.dictionary import Dictionary
 from nmt.data.indexed_dataset import write_dataset
-from nmt.training.checkpoints import load_checkpoint
 
 pytestmark = pytest.mark.slow
 

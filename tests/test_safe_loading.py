@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt.training.checkpoints import CheckpointError, load_checkpoint
+from nmt.checkpoint.errors import CheckpointError
+from nmt.checkpoint.format import load_checkpoint
 from train_toy_data import TINY_MODEL, make_toy_task
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,7 +113,7 @@ def test_stored_user_dir_is_not_imported_unless_named(data_bin, tmp_path, capsys
     """A checkpoint records the --user-dir it was trained with; loading it must not import that folder
     (it may not be the same code any more): the error tells the user to pass it."""
     from nmt.cli.generate import main as generate_main
-    from nmt.training.checkpoints import build_state, save_checkpoint
+    from nmt.checkpoint.format import build_state, save_checkpoint
     from test_generate_setup import call_cli
 
     plugins = tmp_path / "my_plugins"
@@ -165,7 +166,7 @@ TORCH_LOAD = re.compile(r"torch\.load\(((?:[^()]|\([^()]*\))*)\)")  # the call w
 
 def test_every_torch_load_is_weights_only():
     calls = [(p, m.group(1)) for p in _product_sources() for m in TORCH_LOAD.finditer(p.read_text(encoding="utf-8"))]
-    assert calls  # the pattern sees the real loader (nmt/training/checkpoints.py)
+    assert calls  # the pattern sees the real loader (nmt/checkpoint/safe_read.py)
     unsafe = [f"{p.relative_to(REPO)}: torch.load({args})" for p, args in calls
               if not re.search(r"weights_only\s*=\s*True", args)]
     assert not unsafe, unsafe

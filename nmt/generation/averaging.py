@@ -8,14 +8,16 @@ aside), the same parameter names and shapes, and the same dictionaries. Sums are
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
+from nmt.checkpoint.errors import CheckpointError
+from nmt.checkpoint.format import load_checkpoint, save_checkpoint
 from nmt.errors import UsageError
-from nmt.training.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 
 EPOCH_NAME = re.compile(r"checkpoint(\d+)\.pt")
 UPDATE_NAME = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")
@@ -115,8 +117,31 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     return {**last, "model": averaged, "training": training}
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same path, or links (hard or symbolic) to one inode."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): not the same file
+        return False
+
+
+def check_output(paths: Sequence[str | Path], output: str | Path) -> None:
+    """Refuse an ``--output`` that is a folder or one of the inputs (writing it would replace that input)."""
+    out = Path(output)
+    if out.is_dir():
+        raise UsageError(f"--output {out} is a folder; give the file to write, e.g. {out / 'averaged.pt'}")
+    for path in paths:
+        if _same_file(out, Path(path)):
+            same = "" if str(path) == str(out) else f" (the same file as input {path})"
+            raise UsageError(f"--output {out} is one of the --inputs{same}; writing it would replace that "
+                             "checkpoint: give a new file name")
+
+
 def write_average(paths: Sequence[str | Path], output: str | Path) -> Path:
-    """Average ``paths`` and save the result (atomically) to ``output``."""
+    """Average ``paths`` and save the result (atomically) to ``output``, which must not be an input."""
+    check_output(paths, output)
     state = average_checkpoints(paths)
     save_checkpoint(output, state)
     return Path(output)

@@ -62,17 +62,6 @@ def check_lengths(lengths: Sequence[int] | np.ndarray, limit: int, where: Callab
                         f"positions the model was built for (model.max_{side}_positions); {fix}")
 
 
-def check_finite_parameters(model: torch.nn.Module, path: str) -> None:
-    """Refuse a model whose parameters hold NaN or inf (a diverged run's checkpoint): it would
-    translate nothing and score nan. One ``isfinite`` pass over the parameters, at load time."""
-    for name, param in model.named_parameters():
-        if param.is_floating_point() and not bool(torch.isfinite(param).all()):
-            bad = int((~torch.isfinite(param)).sum())
-            raise DataError(f"checkpoint {path}: parameter {name} is not finite ({bad} of its {param.numel()} "
-                            "values are NaN or inf); the training diverged before it was saved; use an earlier "
-                            "checkpoint")
-
-
 def check_finite_hypotheses(hyps: Sequence[Any], where: str) -> None:
     """Refuse a finished sentence with no hypothesis or a non-finite score instead of printing
     nothing or ``nan``: the model's log-probabilities (overflowing weights or activations) or the

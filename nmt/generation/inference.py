@@ -14,7 +14,7 @@ import torch
 from nmt.config.generate import GenerationConfig, InferenceConfig
 from nmt.errors import UsageError
 from nmt.generation.ensemble import EnsembleModel
-from nmt.generation.guards import (check_beam_fits_vocabulary, check_finite_hypotheses, check_finite_parameters,
+from nmt.generation.guards import (check_beam_fits_vocabulary, check_finite_hypotheses,
                                    check_lengths, within_positions)
 from nmt.generation.search import Hypothesis, Search, SourceBatch, build_search
 
@@ -56,16 +56,19 @@ def checkpoint_paths(spec: str | None) -> list[str]:
 
 
 def load_model(path: str, src_dict: Any, tgt_dict: Any) -> torch.nn.Module:
-    """Build the model a checkpoint describes and load its weights; its dictionaries must match and
-    its parameters be finite."""
-    from nmt.models.build import build_model
-    from nmt.training.checkpoints import check_dictionaries, load_model_for_inference
+    """Build the model a checkpoint describes and load its weights; its dictionaries must match, its
+    stored config must fit its tensors before anything is allocated (an edited config is refused) and its
+    parameters must be finite."""
+    from nmt.checkpoint.format import load_model_for_inference
+    from nmt.checkpoint.model_fit import build_model_from_weights
+    from nmt.checkpoint.verify import check_dictionaries
 
     model_cfg, weights, fingerprints = load_model_for_inference(path)
     check_dictionaries({"dictionaries": fingerprints}, path, {"source": src_dict, "target": tgt_dict})
-    model = build_model(model_cfg, src_dict, tgt_dict)
-    model.load_state_dict(weights)
-    check_finite_parameters(model, path)
+    model = build_model_from_weights(model_cfg, weights, src_dict, tgt_dict,
+                                     source=f"checkpoint {path}", what="model config",
+                                     fix="the file is damaged or its config was edited; use the checkpoint as "
+                                         "nmt-train wrote it")
     return model.eval()
 
 

@@ -182,8 +182,9 @@ def _languages(data: Path, args: dict[str, Any], source_lang: str | None,
 
 def build_imported_model(state: dict[str, Any], path: str | Path, src_dict: Any,
                          tgt_dict: Any) -> torch.nn.Module:
-    """The nmt model holding the weights of fairseq checkpoint ``state`` (read from ``path``)."""
-    from nmt.models.build import build_model
+    """The nmt model holding the weights of fairseq checkpoint ``state`` (read from ``path``); its args
+    are checked against its tensors before the model is allocated."""
+    from nmt.checkpoint.model_fit import build_model_from_weights
     from nmt.plugin_loader import load_plugins
 
     path = Path(path)
@@ -194,9 +195,11 @@ def build_imported_model(state: dict[str, Any], path: str | Path, src_dict: Any,
             raise DataError(f"fairseq checkpoint {path}: its {side} embedding has {rows.size(0)} rows but the "
                             f"dictionary has {len(d)} symbols; give the --data it was trained on")
     load_plugins()
-    model = build_model(cfg, src_dict, tgt_dict)
     tied = cfg.share_all_embeddings or cfg.share_decoder_input_output_embed
-    model.load_state_dict(convert_state_dict(state["model"], list(model.state_dict()), path, tied))
+    model = build_model_from_weights(
+        cfg, state["model"], src_dict, tgt_dict, source=f"fairseq checkpoint {path}", what="model config (args)",
+        fix="the file is damaged or its args were edited; give the checkpoint as fairseq-train wrote it",
+        convert=lambda weights, keys: convert_state_dict(dict(weights), keys, path, tied))
     return model.eval()
 
 
@@ -204,8 +207,8 @@ def import_checkpoint(path: str | Path, data: str | Path, output: str | Path, *,
                       target_lang: str | None = None) -> Path:
     """Convert fairseq checkpoint ``path`` (dictionaries from data-bin ``data``, ours or fairseq's) into an
     nmt checkpoint at ``output``, written atomically; returns ``output``."""
+    from nmt.checkpoint.format import build_state, save_checkpoint
     from nmt.interop.fairseq_data import read_fairseq_dictionary
-    from nmt.training.checkpoints import build_state, save_checkpoint
 
     path, data = Path(path), Path(data)
     if not data.is_dir():

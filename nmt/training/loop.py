@@ -7,6 +7,8 @@ runs at the end of every --validate-interval epochs and every --validate-interva
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import random
 import time
 from itertools import islice
@@ -16,14 +18,14 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from nmt.checkpoint.manager import CheckpointManager, TrainingParts
+from nmt.checkpoint.save_dir import hold_save_dir
 from nmt.config.loader import save_config
 from nmt.config.train import TrainJob
 from nmt.errors import NmtError
 from nmt.fileio import DiskFullError
 from nmt.plugin_loader import load_plugins
 from nmt.training import distributed
-from nmt.training.checkpoint_manager import LAST, CheckpointManager
-from nmt.training.checkpoints import build_state, restore_training_state, save_checkpoint
 from nmt.training.distributed import DistributedContext
 from nmt.training.job_setup import TrainData, build_model_and_criterion, load_data, train_iterator, valid_iterator
 from nmt.training.metrics import UpdateMeter, ValidMeter
@@ -64,41 +66,39 @@ class TrainingRun:
         model, criterion = build_model_and_criterion(cfg, self.data)
         self.trainer = Trainer(cfg, model, criterion, ctx)
         self.train_itr = train_iterator(cfg, self.data.train, ctx)
-        self.manager = CheckpointManager(cfg.checkpoint)
-        self.dictionaries = {"source": self.data.src_dict, "target": self.data.tgt_dict}
+        self.manager = CheckpointManager(cfg.checkpoint, config=cfg, writer=ctx.is_master,
+                                         dictionaries={"source": self.data.src_dict, "target": self.data.tgt_dict})
         self.train_time = 0.0  # seconds of training before this process (restored on resume)
         self.bad_validations = 0  # validations in a row without a better best metric
         self.last_good: Path | None = None  # the newest checkpoint this run wrote or resumed from
         self.started = time.perf_counter()
-        if ctx.is_master:
-            Path(cfg.checkpoint.save_dir).mkdir(parents=True, exist_ok=True)
-            save_config(cfg, Path(cfg.checkpoint.save_dir) / "config.yaml")
         nparams = sum(p.numel() for p in model.parameters())
         self.log.info(f"model {cfg.model.arch['name']}: {nparams:,} parameters; criterion {cfg.criterion['name']}; "
                       f"{self.trainer.precision.name} on {ctx.device} x {ctx.world_size}; "
                       f"{len(self.train_itr)} batches per epoch per rank; update freq {cfg.optimization.update_freq}")
         self._restore()
+        if ctx.is_master:  # after the resume checks: a refused run leaves the previous run's config.yaml
+            save_config(cfg, Path(cfg.checkpoint.save_dir) / "config.yaml")  # the save dir exists: it is locked
 
     # ------------------------------------------------------------------ resume / save
 
+    def parts(self) -> TrainingParts:
+        """The live objects a checkpoint saves and a resume restores."""
+        t = self.trainer
+        return TrainingParts(model=t.model, optimizer=t.optimizer, lr_scheduler=t.lr_scheduler, scaler=t.precision,
+                             iterator=self.train_itr)
+
     def _restore(self) -> None:
-        ck = self.cfg.checkpoint
-        state = self.manager.load_for_resume(self.dictionaries)
-        if state is None:
+        training = self.manager.resume(self.parts())
+        if training is None:
             return
         t = self.trainer
-        training = restore_training_state(
-            state, model=t.model, optimizer=None if ck.reset_optimizer else t.optimizer,
-            lr_scheduler=None if ck.reset_lr_scheduler else t.lr_scheduler, scaler=t.precision)
         t.num_updates = int(training["num_updates"])
         t.lr_scheduler.step_update(t.num_updates)
-        if not ck.reset_dataloader and training.get("iterator"):
-            self.train_itr.load_state_dict(training["iterator"])
         extra = training.get("extra") or {}
-        if not ck.reset_meters:
-            self.train_time = float(extra.get("train_time", 0.0))
+        self.train_time = float(extra.get("train_time", 0.0))  # without it under --reset-meters
         self.bad_validations = int(extra.get("bad_validations", 0))
-        self.last_good = self.manager.resume_path()
+        self.last_good = self.manager.resumed_from
         self.log.info(f"resumed from {self.last_good} at epoch {training['epoch']}, "
                       f"update {t.num_updates}")
 
@@ -114,32 +114,17 @@ class TrainingRun:
         return self.train_time + time.perf_counter() - self.started
 
     def save(self, end_of_epoch: bool, val_metrics: dict[str, float] | None, force_last: bool = False) -> None:
-        """Rank 0 writes whatever checkpoints are due (and checkpoint_last when stopping)."""
-        ck = self.cfg.checkpoint
+        """Whatever checkpoints are due (and checkpoint_last when stopping); rank 0 writes them."""
         epoch, n = self.train_itr.epoch, self.trainer.num_updates
-        value = self.manager.metric_value(val_metrics)
-        improved = self.manager.is_better(value)
-        due = self.manager.wants_save(epoch, n, end_of_epoch, val_metrics)
-        if self.ctx.is_master and (due or (force_last and not ck.no_save and not ck.no_last_checkpoints)):
-            t = self.trainer
-            state = build_state(model=t.model, config=self.cfg, epoch=epoch, num_updates=n,
-                                optimizer=t.optimizer, lr_scheduler=t.lr_scheduler, scaler=t.precision,
-                                iterator_state=self.train_itr.state_dict(), end_of_epoch=end_of_epoch,
-                                dictionaries=self.dictionaries,
-                                extra={"train_time": self.elapsed(), "bad_validations": self.bad_validations})
-            try:
-                if due:
-                    written = self.manager.save(state, val_metrics)
-                else:  # stopping between scheduled saves: still leave a checkpoint to resume from
-                    state["training"]["best"] = {"metric": self.manager.metric, "value": self.manager.best}
-                    written = save_checkpoint([Path(ck.save_dir) / LAST], state)
-            except DiskFullError as e:
-                raise NmtError(f"update {n}: {e}; training stopped, {self.last_good_hint()}") from e
-            if written:
-                self.last_good = written[0]
+        try:
+            written = self.manager.save(self.parts(), epoch=epoch, num_updates=n, end_of_epoch=end_of_epoch,
+                                        val_metrics=val_metrics, force_last=force_last,
+                                        extra={"train_time": self.elapsed(), "bad_validations": self.bad_validations})
+        except DiskFullError as e:
+            raise NmtError(f"update {n}: {e}; training stopped, {self.last_good_hint()}") from e
+        if written:
+            self.last_good = written[0]
             self.log.info(f"saved {', '.join(p.name for p in written)} (epoch {epoch}, {n} updates)")
-        if improved:
-            self.manager.best = value
 
     # ------------------------------------------------------------------ validation
 
@@ -255,14 +240,18 @@ class TrainingRun:
         return reason or self._stop_reason(), summary
 
 
-def train_worker(cfg: TrainJob) -> dict[str, Any]:
-    """Train in this process (one rank); joins/leaves the process group around it."""
+def train_worker(cfg: TrainJob, save_dir_held: bool = False) -> dict[str, Any]:
+    """Train in this process (one rank); joins/leaves the process group around it. Rank 0 holds the
+    --save-dir lock for the run unless the launcher that spawned it (``save_dir_held``) already does."""
     load_plugins(cfg.common.user_dir)  # a spawned worker starts with empty registries
     ctx = distributed.init(cfg.distributed_training)
     run = None
     try:
-        run = TrainingRun(cfg, ctx)
-        return run.run()
+        with contextlib.ExitStack() as stack:
+            if ctx.is_master and not save_dir_held:
+                stack.enter_context(hold_save_dir(cfg.checkpoint.save_dir))
+            run = TrainingRun(cfg, ctx)
+            return run.run()
     except RuntimeError as e:  # another rank died or stalled: say so in one line instead of gloo's trace
         hint = run.last_good_hint() if run is not None else "no checkpoint was saved by this run"
         failure = distributed.collective_failure(e, ctx, cfg.distributed_training.ddp_timeout, hint)
@@ -274,8 +263,10 @@ def train_worker(cfg: TrainJob) -> dict[str, Any]:
 
 
 def train(cfg: TrainJob) -> dict[str, Any] | None:
-    """Train with the processes the config asks for: spawn local workers, or be one rank."""
+    """Train with the processes the config asks for: spawn local workers (holding the --save-dir lock
+    for them all), or be one rank."""
     if distributed.needs_spawn(cfg.distributed_training):
-        distributed.spawn(train_worker, cfg)
+        with hold_save_dir(cfg.checkpoint.save_dir):
+            distributed.spawn(functools.partial(train_worker, save_dir_held=True), cfg)
         return None
     return train_worker(cfg)

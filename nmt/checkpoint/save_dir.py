@@ -1,0 +1,71 @@
+"""The ``--save-dir`` of a training run: created when missing, and held by one run at a time.
+
+Two runs writing one save dir would overwrite each other's ``checkpoint_last.pt`` and resume from
+each other's states. So a run holds an OS lock (``fcntl.flock``) on ``.nmt-train.lock`` inside it for
+as long as it runs; the file holds the holder's pid for the error message. The kernel drops the lock
+when its process ends in any way (SIGKILL included), so a dead run never blocks the next one and
+there is nothing to clean up. One job takes it once: the launcher of spawned workers, or rank 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+from pathlib import Path
+from typing import Iterator
+
+from nmt.errors import NmtError, UsageError
+
+LOCK_NAME = ".nmt-train.lock"
+
+
+def make_save_dir(save_dir: str | os.PathLike) -> Path:
+    """``save_dir``, created with its parents when missing; a path that is (or runs through) a file fails."""
+    folder = Path(save_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next((p for p in [folder, *folder.parents] if p.exists() and not p.is_dir()), folder)
+        raise UsageError(f"--save-dir {folder}: {blocker} is a file, not a folder; pass a folder path "
+                         "(it is created when missing)") from None
+    except PermissionError:
+        raise UsageError(f"--save-dir {folder}: permission denied; pass a folder you can write to") from None
+    return folder
+
+
+def _holder(fd: int) -> str:
+    """The pid the current holder wrote into the lock file ("pid unknown" while it is still writing it)."""
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(os.pread(fd, 32, 0).decode().strip())
+        return f"pid {pid}"
+    return "pid unknown"
+
+
+@contextlib.contextmanager
+def hold_save_dir(save_dir: str | os.PathLike) -> Iterator[Path]:
+    """Create ``save_dir`` and hold its lock for the ``with`` block; another holder fails at once in one
+    line naming the folder and the holder's pid."""
+    folder = make_save_dir(save_dir)
+    path = folder / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise UsageError(f"--save-dir {folder}: cannot create its lock file {LOCK_NAME} ({e.strerror}); pass a "
+                         "folder you can write to") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            raise NmtError(f"--save-dir {folder} is in use by another nmt-train run ({_holder(fd)}); wait for it "
+                           "to finish or stop it, or pass another --save-dir") from None
+        # The pid is written in place, not with atomic_write: renaming a new file over this one would
+        # give the next run a different file to lock while this run still holds the old one.
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield folder
+    finally:
+        os.close(fd)  # releases the lock
