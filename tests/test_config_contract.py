@@ -199,3 +199,15 @@ class AccuracyCrossEntropy(Criterion):
         values = [r["accuracy"] for r in records if r["kind"] == kind]
         assert values and all(0.0 <= v <= 1.0 for v in values), (kind, records[:3])
     torch.set_num_threads(1)
+
+
+@pytest.mark.parametrize("argv", [["common.seed=${nope}"], ["--save-dir", "${oc.env:HOME}/x"],
+                                  ["model.dropout=${oc.env:NMT_TEST_SECRET}"]])
+def test_interpolation_is_refused_in_one_line_and_never_resolved(argv, capsys, monkeypatch):
+    from nmt.cli.train import main
+
+    monkeypatch.setenv("NMT_TEST_SECRET", "0.3")
+    code = call_cli(main, argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("nmt-train: error:") and "\n" not in err, err
+    assert "interpolation is not resolved" in err and "0.3" not in err

@@ -344,3 +344,30 @@ def test_pre_0_10_key_names_import_the_same(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(load_model(str(out), d, d)(src, None, prev), ref_forward(weights, args, src, prev),
                                    atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("missing", ["encoder_embed_dim", "decoder_layers"])
+def test_missing_model_options_are_one_line(tmp_path, capsys, missing):
+    args = tiny_args()
+    weights = tiny_weights(args)
+    delattr(args, missing)
+    code, out = import_tiny(tmp_path, args, weights)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1 and missing in err[0] and "KeyError" not in err[0], err
+    assert not out.exists()
+
+
+def test_interpolations_in_a_fairseq_config_are_never_resolved(tmp_path, capsys, monkeypatch):
+    """A checkpoint's cfg is data: ``${oc.env:X}`` in it must not read (and echo) the environment."""
+    from omegaconf import OmegaConf
+
+    monkeypatch.setenv("NMT_TEST_SECRET", "hunter2")
+    args = tiny_args()
+    model = {k: v for k, v in vars(args).items()}
+    model["encoder_embed_dim"] = "${oc.env:NMT_SECRET_NOT_SET,${oc.env:NMT_TEST_SECRET}}"
+    model["activation_fn"] = "${oc.env:NMT_TEST_SECRET}"
+    cfg = OmegaConf.create({"model": model})
+    code, out = import_tiny(tmp_path, None, tiny_weights(args), extra={"cfg": cfg})
+    out_text, err = capsys.readouterr()
+    assert code != 0 and "hunter2" not in err + out_text and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()

@@ -55,12 +55,20 @@ def _refuse(path: Path, what: str) -> DataError:
                      "(docs/fairseq.md lists what is supported)")
 
 
+_REQUIRED = ("encoder_embed_dim", "encoder_ffn_embed_dim", "decoder_ffn_embed_dim", "encoder_layers",
+             "decoder_layers", "encoder_attention_heads", "decoder_attention_heads")
+
+
 def model_config_from_fairseq(args: dict[str, Any], path: Path) -> ModelConfig:
     """Our ModelConfig for fairseq model options ``args``; refuses what does not map exactly."""
     arch = args.get("arch") or args.get("_name")
     if arch not in TRANSFORMER_ARCHS:
         raise _refuse(path, f"architecture {arch!r} is not a fairseq transformer "
                             f"(importable: {', '.join(sorted(TRANSFORMER_ARCHS))})")
+    missing = [k for k in _REQUIRED if k not in args]
+    if missing:
+        raise DataError(f"fairseq checkpoint {path}: its model options lack {', '.join(missing)}; give the "
+                        "checkpoint as fairseq-train wrote it")
     for option, (ok, allowed) in _UNSUPPORTED.items():
         if not ok(args.get(option)):
             raise _refuse(path, f"option --{option.replace('_', '-')} is {args[option]!r} (supported: {allowed})")

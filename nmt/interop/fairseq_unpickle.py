@@ -76,9 +76,14 @@ def load_fairseq_file(path: str | Path) -> dict[str, Any]:
 
 def fairseq_model_args(state: dict[str, Any], path: str | Path) -> dict[str, Any]:
     """The model's options as a plain dict: ``cfg["model"]`` (0.10+) or ``args`` (older), either a
-    Namespace, a DictConfig or a dict."""
+    Namespace, a DictConfig or a dict. ``${...}`` interpolations stay text: resolving them would read
+    the environment (``${oc.env:X}``) from a file's say-so."""
     cfg = state.get("cfg")
-    source = cfg.get("model") if isinstance(cfg, (dict, DictConfig)) else None
+    if isinstance(cfg, DictConfig):
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.to_container(cfg, resolve=False)
+    source = cfg.get("model") if isinstance(cfg, dict) else None
     if source is None:
         source = state.get("args")
     if isinstance(source, argparse.Namespace):
@@ -86,7 +91,7 @@ def fairseq_model_args(state: dict[str, Any], path: str | Path) -> dict[str, Any
     if isinstance(source, DictConfig):
         from omegaconf import OmegaConf
 
-        return dict(OmegaConf.to_container(source, resolve=True))  # type: ignore[arg-type]
+        return dict(OmegaConf.to_container(source, resolve=False))  # type: ignore[arg-type]
     if isinstance(source, dict):
         return dict(source)
     raise DataError(f"fairseq checkpoint {path} holds neither cfg['model'] nor args; cannot tell its architecture")
