@@ -60,6 +60,9 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "additive": ("attention: additive (Bahdanau) scores", ["--attention", "additive"]),
     "restricted_3": ("attention: restricted self-attention, r = 3", _restricted(3)),
     "restricted_8": ("attention: restricted self-attention, r = 8", _restricted(8)),
+    # Relative positions are self-attention only: encoder-decoder attention stays scaled dot-product.
+    "relative": ("attention: relative-position self-attention (Shaw et al.), k = 16",
+                 ["--attention", "relative", "--max-relative-position", "16"]),
     "pre_norm": ("layer norm before each sub-layer (pre-norm)", ["--encoder-normalize-before",
                                                                  "--decoder-normalize-before"]),
 }
