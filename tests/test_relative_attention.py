@@ -290,7 +290,7 @@ def copy_bin(tmp_path_factory):
 
 def test_train_records_the_option_and_generate_translates(copy_bin, tmp_path, capsys):
     from nmt.cli.generate import main as generate_main
-    from nmt.training.checkpoints import load_checkpoint
+    from nmt.checkpoint.format import load_checkpoint
 
     save = tmp_path / "ck"
     run_train([copy_bin, *FAST, "--attention", "relative", "--max-relative-position", "4",
@@ -314,7 +314,7 @@ def test_train_records_the_option_and_generate_translates(copy_bin, tmp_path, ca
 @pytest.mark.parametrize("flags,message", [
     (["--attention", "relative", "--max-relative-position", "0"], "--max-relative-position 0: must be >= 1"),
     (["--attention", "relative", "--decoder-max-relative-position", "0"],
-     "decoder_attention (--decoder-attention relative): --max-relative-position 0: must be >= 1"),
+     "--decoder-max-relative-position 0: must be >= 1 (model.decoder_attention.max_relative_position)"),
     (["--cross-attention", "relative"], "relative-position attention is for self-attention only"),
 ])
 def test_bad_settings_exit_2_with_one_line(copy_bin, tmp_path, capsys, flags, message):

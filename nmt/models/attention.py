@@ -45,14 +45,20 @@ def allowed_mask(tgt_len: int, src_len: int, key_padding_mask: Optional[Tensor],
     return mask
 
 
+def attention_weights(scores: Tensor, mask: Optional[Tensor]) -> Tensor:
+    """Masked softmax over the last axis of ``scores`` (B,H,T,S), computed in fp32 under bf16/fp16 and
+    returned in the scores' dtype. For a plugin that mixes values its own way (relative attention)."""
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    low_precision = scores.dtype in (torch.float16, torch.bfloat16)  # softmax in fp32 then
+    return torch.softmax(scores, dim=-1, dtype=torch.float32 if low_precision else None).to(scores.dtype)
+
+
 def softmax_attention(scores: Tensor, v: Tensor, mask: Optional[Tensor], dropout: float,
                       training: bool) -> tuple[Tensor, Tensor]:
     """Masked softmax over the last axis of ``scores`` (B,H,T,S), then weights @ v. Returns
     (output (B,H,T,D), weights (B,H,T,S)). Shared by plugins that compute their own scores."""
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    low_precision = scores.dtype in (torch.float16, torch.bfloat16)  # softmax in fp32 then
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32 if low_precision else None).to(v.dtype)  # (B,H,T,S)
+    weights = attention_weights(scores, mask).to(v.dtype)  # (B,H,T,S)
     dropped = F.dropout(weights, p=dropout, training=training)
     return dropped @ v, weights  # (B, H, T, D)
 

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from nmt.config.fields import opt
 from nmt.errors import ConfigError
-from nmt.models.attention import AttentionBase, allowed_mask, softmax_attention
+from nmt.models.attention import AttentionBase, allowed_mask, attention_weights
 from nmt.registry import register_attention
 
 
@@ -73,8 +73,7 @@ class RelativePositionAttention(AttentionBase):
         content = q @ k.transpose(-2, -1)  # (B, H, T, S)
         position = (q @ self.relative_keys.t()).gather(-1, index)  # (B, H, T, 2k+1) -> (B, H, T, S)
         mask = allowed_mask(T, S, key_padding_mask, causal, q.device)
-        # Weights only (a zero-width v): both value terms below must use the same dropped weights.
-        _, weights = softmax_attention((content + position) * self.scale, v[..., :0], mask, 0.0, False)  # (B,H,T,S)
+        weights = attention_weights((content + position) * self.scale, mask).to(v.dtype)  # (B, H, T, S)
         alpha = F.dropout(weights, p=self.dropout, training=self.training)  # (B, H, T, S)
         # A clipped bucket sums up to S weights: in fp32 under bf16/fp16 autocast, as the softmax.
         acc = torch.float32 if alpha.dtype in (torch.float16, torch.bfloat16) else alpha.dtype
