@@ -12,8 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from nmt.errors import DataError, NmtError, UsageError
-from nmt.fileio import atomic_write
+from nmt.fileio import atomic_write, bounded_lines
 from nmt.training.train_log import JSON_LOG
+
+MAX_LINE_BYTES = 1 << 20  # a log record is a few hundred bytes: a longer line is not one
+NUMBER_KEYS = ("num_updates", "loss", "ppl", "lr")  # what the panels draw
 
 
 @dataclass
@@ -47,22 +50,41 @@ def log_path(path: str | Path) -> Path:
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:
-    """The JSON records of a log; a line that is not JSON is reported with its number."""
+    """The JSON records of a log; a line that is not UTF-8 JSON, is too long, or holds a non-number
+    where a number is drawn is reported with its number (and nothing of its content)."""
     records = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{number}: not a JSON line ({e.msg}); is this a {JSON_LOG}?") from None
-            if not isinstance(record, dict) or "kind" not in record:
-                raise DataError(f"{path}:{number}: a record without \"kind\"; is this a {JSON_LOG} of nmt-train?")
-            records.append(record)
+    with open(path, "rb") as f:
+        for number, raw in enumerate(bounded_lines(f, MAX_LINE_BYTES), 1):
+            if len(raw) > MAX_LINE_BYTES:
+                raise DataError(f"{path}:{number}: a line longer than {MAX_LINE_BYTES >> 20} MB; is this a {JSON_LOG}?")
+            record = _record(raw, f"{path}:{number}")
+            if record is not None:
+                records.append(record)
     if not records:
         raise DataError(f"{path}: the log is empty; let nmt-train run for --log-interval updates first")
     return records
+
+
+def _record(raw: bytes, where: str) -> dict[str, Any] | None:
+    """One log line as a checked record; None for a blank line."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DataError(f"{where}: not UTF-8 text (binary data?); is this a {JSON_LOG}?") from None
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{where}: not a JSON line ({e.msg}); is this a {JSON_LOG}?") from None
+    if not isinstance(record, dict) or "kind" not in record:
+        raise DataError(f"{where}: a record without \"kind\"; is this a {JSON_LOG} of nmt-train?")
+    for key in NUMBER_KEYS:
+        value, whole = record.get(key, 0), key == "num_updates"
+        if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+            raise DataError(f"{where}: \"{key}\" is not {'a whole number' if whole else 'a number'}; "
+                            f"is this a {JSON_LOG} of nmt-train?")
+    return record
 
 
 def _curve(records: list[dict[str, Any]], key: str) -> Curve:

@@ -130,5 +130,18 @@ def load_text_pipeline(data_dir: str | Path, lang: str) -> TextPipeline:
     _load_recorded_user_dir(data_dir, pipeline)
     codes = pipeline["bpe"].get("codes", {}).get(lang)
     return TextPipeline(build_tokenizer(pipeline["tokenizer"], lang),
-                        build_bpe(pipeline["bpe"], Path(data_dir) / codes if codes else None))
+                        build_bpe(pipeline["bpe"], codes_inside(data_dir, codes, lang) if codes else None))
 
+
+def codes_inside(data_dir: str | Path, name: str, lang: str) -> Path:
+    """The codes file ``name`` recorded in metadata.json, which must lie inside the data-bin: no
+    absolute path, no "..", no link leading out of it (metadata must not make nmt read any file)."""
+    folder, relative = Path(data_dir).resolve(), Path(name)
+    try:
+        path = (folder / relative).resolve()
+    except (OSError, RuntimeError):  # a link loop
+        path = Path("/")
+    if relative.is_absolute() or ".." in relative.parts or not path.is_relative_to(folder):
+        raise DataError(f"{Path(data_dir) / METADATA_FILE}: the BPE codes of {lang!r} must be a file inside the "
+                        "data-bin (no absolute path, no \"..\", no link out of it); re-run nmt-preprocess")
+    return path
