@@ -106,6 +106,34 @@ def test_missing_parent_folders_are_removed_when_the_run_fails(corpus, capsys):
     assert not (corpus.parent / "new").exists()
 
 
+def _multi30k_copy(folder: Path) -> Path:
+    """A tiny stand-in for the Multi30k raw files (plain text), for nmt-prepare --from."""
+    for name in ("train", "val", "test_2016_flickr"):
+        for lang, lines in (("en", EN), ("de", DE), ("fr", DE)):
+            write_corpus(folder, name, lines, lines, langs=(lang, "unused"))
+    return folder
+
+
+def test_prepare_never_replaces_a_file_it_did_not_write(corpus, capsys):
+    """The same rule for nmt-prepare: --dest holding the user's own train.en is refused, with or
+    without --overwrite; its own files (listed in .prepared.json, even by an interrupted run) are not."""
+    from nmt.cli.prepare import main as prepare_main
+
+    source = _multi30k_copy(corpus.parent / "m30k-copy")
+    write_corpus(corpus, "train", EN * 4, DE * 4, langs=("en", "fr"))
+    for extra in ((), ("--overwrite",)):
+        fails_cleanly(prepare_main, "nmt-prepare", ["multi30k", "--dest", corpus, "--from", source, *extra], 2,
+                      ("--dest", "train.en, which nmt-prepare did not write", "choose another --dest"),
+                      [corpus.parent], capsys)
+    dest = corpus.parent / "prepared"
+    dest.mkdir()
+    (dest / "train.en").write_text("half of an interrupted run\n")
+    (dest / ".prepared.json").write_text(json.dumps({"dataset": "multi30k", "complete": False,
+                                                      "files": ["train.en"]}))
+    assert call_cli(prepare_main, ["multi30k", "--dest", dest, "--from", source]) == 0
+    assert (dest / "train.en").read_text().splitlines() == EN
+
+
 # --------------------------------------------------------------------------- item 18: odd destdirs
 
 ODD_DESTDIRS = {
