@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from nmt.cli.preprocess import main as preprocess_main
-from nmt.data.work_dirs import OWNER_FILE, _start_time
+from nmt.data.work_dirs import OWNER_FILE, process_start_time
 from preprocess_cli_helpers import DE, EN, base_args, run_subprocess, write_corpus
 from reliability_helpers import checksums, fails_cleanly, one_error_line
 from shared_paths import MULTI30K
@@ -181,23 +181,29 @@ def _as_another_user() -> tuple[list[str], object]:
 
 
 def test_destdir_without_write_permission(corpus):
-    """A folder the user may not write in: refused before anything is made."""
+    """A folder the user may not write in: refused before anything is made; a finished data-bin there
+    (a shared, read-only one) is still found up to date."""
     command, preexec = _as_another_user()
     root = Path(tempfile.mkdtemp(prefix="nmt-perm-"))  # pytest's own tmp folder is closed to other users
     try:
         shutil.copytree(corpus, root / "corpus")
+        train = str(root / "corpus" / "train")
         locked = root / "locked"
-        locked.mkdir()
+        assert call_cli(preprocess_main, base_args(train, locked / "shared-bin")) == 0
         for folder in (root, root / "corpus"):
             folder.chmod(0o755)
-        locked.chmod(0o555)
+        for folder in (locked, locked / "shared-bin"):
+            folder.chmod(0o555)
         before = checksums(root)
-        args = base_args(str(root / "corpus" / "train"), locked / "bin")
-        proc = subprocess.run([*command, *args], capture_output=True, text=True, timeout=300, preexec_fn=preexec,
-                              cwd=root)
-        line = one_error_line(proc.stderr, PROG)
-        assert proc.returncode == 2 and f"no permission to write in {locked}" in line
-        assert checksums(root) == before
+        for args, code, words in ((base_args(train, locked / "bin"), 2, f"no permission to write in {locked}"),
+                                  (base_args(train, locked / "shared-bin", "--thresholdsrc", "50", "--overwrite"), 2,
+                                   f"no permission to write in {locked}"),
+                                  (base_args(train, locked / "shared-bin"), 0, "up to date")):
+            proc = subprocess.run([*command, *args], capture_output=True, text=True, timeout=300,
+                                  preexec_fn=preexec, cwd=root)
+            assert proc.returncode == code, proc.stderr
+            assert words in (proc.stdout if code == 0 else one_error_line(proc.stderr, PROG))
+            assert checksums(root) == before
     finally:
         shutil.rmtree(root)
 
@@ -264,7 +270,7 @@ def test_sigkill_leftover_is_removed_by_the_next_run_and_nothing_else(tmp_path, 
         running = tmp_path / ".bin.tmp-running"
         running.mkdir()
         (running / OWNER_FILE).write_text(json.dumps({"program": "nmt", "pid": alive.pid, "host": socket.gethostname(),
-                                                      "start": _start_time(alive.pid)}))
+                                                      "start": process_start_time(alive.pid)}))
         kept = checksums(tmp_path / ".bin.tmp-mine", running)
         small = write_corpus(tmp_path / "small", "train", EN, DE)
         capsys.readouterr()

@@ -35,7 +35,7 @@ def job_fingerprint(options: dict[str, Any], inputs: list[Path], user_dir: str |
 
 def resolve_destdir(destdir: str | Path) -> Path:
     """The absolute, link-free path of ``--destdir`` (``.``, ``..`` and links resolved), checked to be
-    a place a folder can be made: not the root, not under a file, in a folder we may write to."""
+    a place a folder can be: not the root, not a file, not under a file."""
     given = str(destdir)
     if not given.strip():
         raise UsageError("--destdir is empty; give the folder to write the data-bin to, e.g. --destdir data-bin/en_de")
@@ -54,10 +54,16 @@ def resolve_destdir(destdir: str | Path) -> Path:
             raise UsageError(f"--destdir {given}: exists and is not a folder; {_OTHER}")
     except OSError as e:
         raise UsageError(f"--destdir {given}: cannot be checked ({e.strerror}); {_OTHER}") from None
-    for folder in (existing, path) if path.exists() else (existing,):  # the temp folder goes beside it
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise UsageError(f"--destdir {given}: no permission to write in {folder}; {_OTHER}")
     return path
+
+
+def check_writable(destdir: Path) -> None:
+    """Refuse at once (not after the whole job) a --destdir we may not write: the temp folder goes
+    beside it (in its nearest existing parent), and a folder that exists is filled or replaced."""
+    existing = next(p for p in destdir.parents if p.exists())
+    for folder in (existing, destdir) if destdir.exists() else (existing,):
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise UsageError(f"--destdir {destdir}: no permission to write in {folder}; {_OTHER}")
 
 
 def _listing(folder: Path, sub_folders: tuple[str, ...] = ("raw", "text")) -> tuple[list[str], list[str]]:
@@ -178,7 +184,12 @@ def move_into_place(tmp: Path, destdir: str | Path, state: str) -> list[str]:
         elif state == "replace":
             old = new_work_dir(destdir, "old")
             os.replace(destdir, old / destdir.name)
-            os.replace(tmp, destdir)
+            try:
+                os.replace(tmp, destdir)
+            except BaseException:
+                os.replace(old / destdir.name, destdir)  # put the old data-bin back
+                shutil.rmtree(old, ignore_errors=True)
+                raise
         else:
             os.replace(tmp, destdir)
     if old is None:

@@ -20,8 +20,8 @@ from typing import Any
 from nmt.config.preprocess import PreprocessConfig, PreprocessJob
 from nmt.data.binarizer import FileStats, PassRunner, binarize, text_pass
 from nmt.data.corpus_files import as_plain_file, check_nonempty, count_lines, find_input
-from nmt.data.data_dir import (destdir_state, job_fingerprint, make_parents, move_into_place, new_temp_dir,
-                               remove_empty, resolve_destdir)
+from nmt.data.data_dir import (check_writable, destdir_state, job_fingerprint, make_parents, move_into_place,
+                               new_temp_dir, remove_empty, resolve_destdir)
 from nmt.data.dictionary import Dictionary
 from nmt.data.indexed_dataset import FORMAT_VERSION
 from nmt.data.metadata import read_metadata
@@ -99,6 +99,7 @@ def run_preprocess(job: PreprocessJob) -> dict[str, Any]:
     if state == "same":
         print(f"nmt-preprocess: {destdir} is up to date (same options and inputs); nothing to do")
         return read_metadata(destdir)
+    check_writable(destdir)
 
     with sigterm_as_interrupt():  # SIGTERM cleans up like Ctrl-C
         meta, removed, laps = _build_in_place(destdir, state, cfg, user_dir, splits, tokenizer_cls, bpe_cls,

@@ -28,7 +28,7 @@ KINDS = ("tmp", "old")
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def _start_time(pid: int) -> str | None:
+def process_start_time(pid: int) -> str | None:
     """The kernel's start time of process ``pid`` (Linux), to tell a reused pid from the original."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -38,7 +38,8 @@ def _start_time(pid: int) -> str | None:
 
 
 def _owner() -> dict[str, Any]:
-    return {"program": "nmt", "pid": os.getpid(), "start": _start_time(os.getpid()), "host": socket.gethostname()}
+    pid = os.getpid()
+    return {"program": "nmt", "pid": pid, "start": process_start_time(pid), "host": socket.gethostname()}
 
 
 def new_work_dir(beside: Path, kind: str) -> Path:
@@ -76,7 +77,7 @@ def _owner_gone(folder: Path) -> int | None:
         return pid
     except PermissionError:
         return None  # alive, another user's
-    started = _start_time(pid)
+    started = process_start_time(pid)
     return pid if owner.get("start") and started and started != owner["start"] else None  # pid reused
 
 
@@ -90,7 +91,8 @@ def clean_leftovers(beside: Path) -> list[tuple[Path, int]]:
             pid = _owner_gone(folder)
             if pid is not None:
                 shutil.rmtree(folder, ignore_errors=True)
-                removed.append((folder, pid))
+                if not folder.exists():
+                    removed.append((folder, pid))
     return removed
 
 

@@ -81,7 +81,7 @@ def _checked_codes(path: Path) -> str:
     if header and not _VERSION.fullmatch(lines[0]):
         raise DataError(f"{path}: line 1 is not a \"#version: N.N\" header; {_CODES_FIX}")
     merges = lines[1:] if header else lines
-    for number, line in enumerate(merges, 1 + header):
+    for number, line in enumerate(merges, 2 if header else 1):
         if len(line.strip("\r\n ").split(" ")) != 2:
             raise DataError(f"{path}: line {number} is not a merge (two subwords separated by one space); "
                             f"{_CODES_FIX}")
