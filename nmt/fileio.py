@@ -79,3 +79,9 @@ def open_text(path: str | os.PathLike) -> IO[str]:
     if magic == b"\x1f\x8b":
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="strict", newline="\n")
     return open(path, "r", encoding="utf-8", errors="strict", newline="\n")
+
+
+def bounded_lines(stream: IO[bytes], limit: int) -> Iterator[bytes]:
+    """The lines of a binary stream, each read with at most ``limit + 1`` bytes: a line longer than
+    ``limit`` comes back that long (for the caller to refuse) instead of filling the memory."""
+    return iter(lambda: stream.readline(limit + 1), b"")

@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nmt.errors import DataError, NmtError, UsageError
-from nmt.fileio import atomic_write
+from nmt.fileio import atomic_write, bounded_lines
 from nmt.training.train_log import JSON_LOG
+
+MAX_LINE_BYTES = 1 << 20  # a log record is a few hundred bytes: a longer line is not one
+NUMBER_KEYS = ("num_updates", "loss", "ppl", "lr")  # what the panels draw
 
 
 @dataclass
@@ -53,27 +56,49 @@ def _log_warning(message: str) -> None:
 
 
 def read_log(path: Path, warn: Callable[[str], None] = _log_warning) -> list[dict[str, Any]]:
-    """The JSON records of a log. A damaged line (cut off by a kill, or edited) is skipped with a
-    warning naming it, so one bad line does not cost the whole curve; a log without any record is an error."""
-    records, damaged = [], 0
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                problem = "" if isinstance(record, dict) and "kind" in record else 'a record without "kind"'
-            except json.JSONDecodeError as e:
-                problem = f"not a JSON line ({e.msg})"
+    """The JSON records of a log. A damaged line (cut off by a kill, edited, binary, too long, or with a
+    non-number where a curve needs a number) is skipped with a warning naming it and nothing of its
+    content, so one bad line does not cost the whole curve; a log without any record is one error.
+    Lines are read bounded: a huge one is not held in memory."""
+    records, problems = [], []
+    with open(path, "rb") as f:
+        for number, raw in enumerate(bounded_lines(f, MAX_LINE_BYTES), 1):
+            record, problem = _record(raw)
             if problem:
-                damaged += 1
-                warn(f"{path}:{number}: {problem}; line skipped")
-                continue
-            records.append(record)
+                problems.append(f"{path}:{number}: {problem}; line skipped")
+            elif record is not None:
+                records.append(record)
     if not records:
-        what = f"none of its {damaged} lines is a JSON record" if damaged else "the log is empty"
-        raise DataError(f"{path}: {what}; give the {JSON_LOG} nmt-train wrote, after --log-interval updates")
+        what = f"{problems[0].removesuffix('; line skipped')}, and no line is a record" if problems else \
+            f"{path}: the log is empty"
+        raise DataError(f"{what}; give the {JSON_LOG} nmt-train wrote, after --log-interval updates")
+    for problem in problems:
+        warn(problem)
     return records
+
+
+def _record(raw: bytes) -> tuple[dict[str, Any] | None, str]:
+    """One log line as (record, "") or (None, what is wrong with it); (None, "") for a blank line.
+    Values are checked where the curves need them (``_curve``): a non-finite figure is logged as null."""
+    if len(raw) > MAX_LINE_BYTES:
+        return None, f"a line longer than {MAX_LINE_BYTES >> 20} MB"
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text (binary data?)"
+    if not line.strip():
+        return None, ""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        return None, f"not a JSON line ({e.msg})"
+    if not isinstance(record, dict) or "kind" not in record:
+        return None, 'a record without "kind"'
+    for key in NUMBER_KEYS:  # null stands for a figure that was not finite when logged
+        value = record.get(key)
+        if value is not None and not _is_number(value):
+            return None, f'"{key}" is not a number'
+    return record, ""
 
 
 def _curve(records: list[dict[str, Any]], key: str) -> Curve:

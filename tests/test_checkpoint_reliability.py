@@ -156,12 +156,16 @@ def test_a_tensor_of_the_wrong_shape_is_one_line(run, tmp_path, capsys, command)
 EDITS = {
     "embed-dim-65536": {"encoder_embed_dim": 65536, "decoder_embed_dim": 65536},
     "a-billion-layers": {"encoder_layers": 10**9},
+    "a-thousand-layers": {"encoder_layers": 1000},
     "a-billion-positions": {"max_source_positions": 10**9, "positional": "sinusoidal", "encoder_positional": None},
 }
 NEEDLES = {
     "embed-dim-65536": ["does not match its tensors", "is (24, 64) in the checkpoint but (24, 65536) in the model"],
-    "a-billion-layers": ["asks for 1000000000 encoder layers (encoder_layers) but its tensors hold 1"],
-    "a-billion-positions": ["GiB of buffers the checkpoint does not store", "model.max_source_positions = 1000000000"],
+    # beyond the declared ranges: refused as the file's fault before any tensor is compared
+    "a-billion-layers": ["its stored model config is not valid", "--encoder-layers 1000000000: must be in [1, 1000]"],
+    "a-billion-positions": ["its stored model config is not valid", "--max-source-positions 1000000000"],
+    # within them: the layer count is checked against the tensors' names before building anything
+    "a-thousand-layers": ["asks for 1000 encoder layers (encoder_layers) but its tensors hold 1"],
 }
 
 
@@ -197,8 +201,9 @@ def test_an_edited_config_is_refused_before_anything_is_allocated(run, tmp_path,
 FAIRSEQ_EDITS = {
     "dims-65536": ({"encoder_embed_dim": 65536, "decoder_embed_dim": 65536, "decoder_input_dim": 65536,
                     "decoder_output_dim": 65536, "encoder_ffn_embed_dim": 65536}, "does not match its tensors"),
-    "a-million-layers": ({"encoder_layers": 10**6}, "asks for 1000000 encoder layers"),
-    "a-billion-positions": ({"max_source_positions": 10**9}, "GiB of buffers"),
+    "a-million-layers": ({"encoder_layers": 10**6}, "--encoder-layers 1000000: must be in [1, 1000]"),
+    "a-thousand-layers": ({"encoder_layers": 1000}, "asks for 1000 encoder layers"),
+    "a-billion-positions": ({"max_source_positions": 10**9}, "--max-source-positions 1000000000: must be in"),
 }
 
 

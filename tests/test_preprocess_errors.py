@@ -65,7 +65,10 @@ def test_destdir_with_different_data_is_refused(setup, capsys):
     foreign = tmp / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
-    expect_failure(base_args(other, foreign), capsys, foreign, 2, "already holds different data")
+    for extra in ((), ("--overwrite",)):  # not a data-bin: --overwrite is neither suggested nor obeyed
+        err = expect_failure(base_args(other, foreign, *extra), capsys, foreign, 2, "not a data-bin", "notes.txt",
+                             "choose another --destdir")
+        assert "--overwrite" not in err
 
 
 @pytest.mark.parametrize("option,value,hint", [("--tokenizer", "mosses", 'Did you mean "moses"'),

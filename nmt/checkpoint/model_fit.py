@@ -18,7 +18,7 @@ import torch
 from nmt.checkpoint.errors import CheckpointError
 from nmt.checkpoint.verify import check_finite_weights, parameter_mismatch
 from nmt.config.model import ModelConfig
-from nmt.errors import NmtError
+from nmt.errors import ConfigError, NmtError
 from nmt.models.build import build_model
 from nmt.config.fields import to_dataclass
 
@@ -85,6 +85,10 @@ def build_model_from_weights(model_cfg: Any, weights: Weights, src_dict: Any, tg
     against them. ``source`` names the file ("checkpoint X"), ``what`` the config in it ("model
     config"), and ``fix`` says what to do when it does not fit. ``convert(weights, model_keys)``, when given, maps the
     stored tensors to the model's names (imported checkpoints)."""
+    try:  # a stored value outside its declared range is the file's fault, not a flag's
+        model_cfg = to_dataclass(ModelConfig, model_cfg)
+    except ConfigError as e:
+        raise CheckpointError(f"{source}: its stored {what} is not valid ({e}); {fix}") from None
     check_layer_counts(model_cfg, weights, source, what, fix)
     probe = _probe(model_cfg, src_dict, tgt_dict, source, what, fix)
     if convert is not None:

@@ -4,7 +4,9 @@ Two runs writing one save dir would overwrite each other's ``checkpoint_last.pt`
 each other's states. So a run holds an OS lock (``fcntl.flock``) on ``.nmt-train.lock`` inside it for
 as long as it runs; the file holds the holder's pid for the error message. The kernel drops the lock
 when its process ends in any way (SIGKILL included), so a dead run never blocks the next one and
-there is nothing to clean up. One job takes it once: the launcher of spawned workers, or rank 0.
+there is nothing to clean up. One job takes it once: the launcher of spawned workers, or rank 0. A run
+that fails before writing anything removes the folders it created, so a bad flag or a damaged
+data-bin leaves no empty save dir behind.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def _holder(fd: int) -> str:
 def hold_save_dir(save_dir: str | os.PathLike) -> Iterator[Path]:
     """Create ``save_dir`` and hold its lock for the ``with`` block; another holder fails at once in one
     line naming the folder and the holder's pid."""
+    created = [p for p in [Path(save_dir), *Path(save_dir).parents] if not p.exists()]  # deepest first
     folder = make_save_dir(save_dir)
     path = folder / LOCK_NAME
     try:
@@ -66,6 +69,20 @@ def hold_save_dir(save_dir: str | os.PathLike) -> Iterator[Path]:
         # give the next run a different file to lock while this run still holds the old one.
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield folder
+        try:
+            yield folder
+        except BaseException:
+            _remove_if_untouched(created, path)  # a run that failed before writing leaves nothing behind
+            raise
     finally:
         os.close(fd)  # releases the lock
+
+
+def _remove_if_untouched(created: list[Path], lock: Path) -> None:
+    """Remove the folders this run created for ``--save-dir`` when they hold nothing but its lock file."""
+    if not created or {p.name for p in created[0].iterdir()} != {LOCK_NAME}:
+        return
+    with contextlib.suppress(OSError):
+        lock.unlink()
+        for folder in created:  # deepest first: each is empty once the one below is gone
+            folder.rmdir()

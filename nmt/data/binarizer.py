@@ -152,6 +152,16 @@ def _lines_to_ids(lines: list[str], d: Dictionary, lookup: dict[str, int]) -> tu
 # ---------------------------------------------------------------------------------------------
 # driver side
 
+def _init_worker(user_dir: str | None) -> None:
+    """A pool worker: the parent handles interruptions (and ends the pool); plugins are loaded once."""
+    from nmt.data.text_pipeline import TEXT_PLUGIN_KINDS
+    from nmt.data.work_dirs import worker_signals
+    from nmt.plugin_loader import load_plugins
+
+    worker_signals()
+    load_plugins(user_dir, TEXT_PLUGIN_KINDS)
+
+
 class PassRunner:
     """Runs the tasks of a pass in-process (1 worker) or in a pool kept open for the whole job."""
 
@@ -159,11 +169,8 @@ class PassRunner:
         self.workers = max(1, workers)
         self._pool = None
         if self.workers > 1:
-            from nmt.data.text_pipeline import TEXT_PLUGIN_KINDS
-            from nmt.plugin_loader import load_plugins
-
-            self._pool = multiprocessing.get_context().Pool(self.workers, initializer=load_plugins,
-                                                            initargs=(user_dir, TEXT_PLUGIN_KINDS))
+            self._pool = multiprocessing.get_context().Pool(self.workers, initializer=_init_worker,
+                                                            initargs=(user_dir,))
 
     def map(self, fn: Callable[[tuple], RangeResult], tasks: list[tuple]) -> list[RangeResult]:
         if self._pool is None or len(tasks) == 1:

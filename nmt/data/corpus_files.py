@@ -7,11 +7,12 @@ to a plain file in the job's temp folder.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
-import shutil
+import zlib
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
 from nmt.errors import DataError, UsageError
 
@@ -42,12 +43,39 @@ def as_plain_file(path: Path, tmp_dir: Path) -> Path:
     if not is_gzip(path):
         return path
     out = tmp_dir / (path.name[:-3] if path.name.endswith(".gz") else path.name + ".plain")
-    try:
-        with gzip.open(path, "rb") as src, open(out, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 22)
-    except (OSError, EOFError) as e:
-        raise DataError(f"{path}: not a readable gzip file ({e}); re-download or decompress it") from None
+    with open(path, "rb") as src, open(out, "wb") as dst:
+        for block in gunzip_blocks(src, path):
+            dst.write(block)
     return out
+
+
+def gunzip_blocks(compressed: IO[bytes], shown: Path) -> Iterator[bytes]:
+    """The decompressed bytes of a gzip stream in blocks; damage is reported with the file and line."""
+    lines = 0
+    with gzip.GzipFile(fileobj=compressed, mode="rb") as src, gzip_errors(shown, lambda: lines):
+        while block := src.read(1 << 16):  # small reads: the line named on damage is close to it
+            lines += block.count(b"\n")
+            yield block
+
+
+@contextlib.contextmanager
+def gzip_errors(path: Path, lines_read: Callable[[], int]) -> Iterator[None]:
+    """A damaged gzip stream (bad header, bit flip, truncation) becomes a ``DataError`` naming the file
+    and the line where decompression found the damage; zlib's own error names no file."""
+    try:
+        yield
+    except (zlib.error, EOFError, gzip.BadGzipFile) as e:
+        raise DataError(f"{path}: the gzip data is damaged near line {lines_read() + 1} ({_gzip_reason(e)}); "
+                        "download or copy the file again") from None
+
+
+def _gzip_reason(error: BaseException) -> str:
+    """What went wrong, in words that quote none of the file's bytes (BadGzipFile's message can)."""
+    if isinstance(error, EOFError):
+        return "the file ends early: truncated"
+    if isinstance(error, zlib.error):
+        return "invalid compressed data"
+    return "bad gzip header or checksum"
 
 
 def count_lines(path: Path) -> int:
@@ -148,10 +176,17 @@ def decoded_lines(stream: IO[bytes], shown: str) -> Iterator[str]:
 
 
 def read_lines(path: str | Path) -> Iterator[str]:
-    """:func:`decoded_lines` of a plain or gzipped file."""
+    """:func:`decoded_lines` of a plain or gzipped file (a damaged gzip stream is named with its line)."""
     path = Path(path)
-    with (gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")) as f:
-        yield from decoded_lines(f, str(path))
+    if not is_gzip(path):
+        with open(path, "rb") as f:
+            yield from decoded_lines(f, str(path))
+        return
+    lines = 0
+    with gzip.open(path, "rb") as f, gzip_errors(path, lambda: lines):
+        for line in decoded_lines(f, str(path)):
+            lines += 1
+            yield line
 
 
 class RangeError(DataError):

@@ -1,5 +1,10 @@
-"""The output folder of nmt-preprocess: recognising a finished job, and replacing the folder
-in one rename so that it never holds half of a run."""
+"""The output folder of nmt-preprocess: checking the --destdir, recognising a finished job, and
+putting the new data-bin in place so that the folder never holds half of a run.
+
+Only a folder that is itself a data-bin (its metadata.json written by nmt-preprocess, and nothing
+but the files that metadata describes) is ever replaced, and only with ``--overwrite``; a data-bin
+holding one of the job's inputs is never replaced. An empty folder is filled, not replaced.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,14 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
-from nmt.errors import UsageError
+from nmt.data.metadata import METADATA_FILE, data_bin_files, read_metadata
+from nmt.data.work_dirs import new_work_dir, release, stop_signals_deferred
+from nmt.errors import DataError, UsageError
+
+_OTHER = "choose another --destdir (a new or empty folder)"
 
 
 def job_fingerprint(options: dict[str, Any], inputs: list[Path], user_dir: str | None) -> str:
@@ -25,47 +33,170 @@ def job_fingerprint(options: dict[str, Any], inputs: list[Path], user_dir: str |
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def destdir_state(destdir: Path, fingerprint: str, overwrite: bool) -> str:
-    """"new", "same" (already done with these inputs) or "replace"; refuses other data."""
+def resolve_destdir(destdir: str | Path) -> Path:
+    """The absolute, link-free path of ``--destdir`` (``.``, ``..`` and links resolved), checked to be
+    a place a folder can be: not the root, not a file, not under a file."""
+    given = str(destdir)
+    if not given.strip():
+        raise UsageError("--destdir is empty; give the folder to write the data-bin to, e.g. --destdir data-bin/en_de")
+    try:
+        path = Path(given).resolve()
+    except (RuntimeError, OSError):  # a symbolic link loop (RuntimeError before Python 3.13)
+        raise UsageError(f"--destdir {given}: a symbolic link loop (or a path that cannot be resolved); "
+                         f"fix the link or {_OTHER}") from None
+    if path.parent == path:
+        raise UsageError(f"--destdir {given}: is the root folder; {_OTHER}")
+    try:
+        existing = next(p for p in path.parents if p.exists())
+        if not existing.is_dir():
+            raise UsageError(f"--destdir {given}: {existing} is a file, not a folder; {_OTHER}")
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"--destdir {given}: exists and is not a folder; {_OTHER}")
+    except OSError as e:
+        raise UsageError(f"--destdir {given}: cannot be checked ({e.strerror}); {_OTHER}") from None
+    return path
+
+
+def check_writable(destdir: Path) -> None:
+    """Refuse at once (not after the whole job) a --destdir we may not write: the temp folder goes
+    beside it (in its nearest existing parent), and a folder that exists is filled or replaced."""
+    existing = next(p for p in destdir.parents if p.exists())
+    for folder in (existing, destdir) if destdir.exists() else (existing,):
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise UsageError(f"--destdir {destdir}: no permission to write in {folder}; {_OTHER}")
+
+
+def _listing(folder: Path, sub_folders: tuple[str, ...] = ("raw", "text")) -> tuple[list[str], list[str]]:
+    """(regular files as relative paths, anything else: links, special files, other sub-folders)."""
+    files: list[str] = []
+    odd: list[str] = []
+    for entry in sorted(folder.iterdir()):
+        if entry.is_symlink():
+            odd.append(entry.name)
+        elif entry.is_file():
+            files.append(entry.name)
+        elif entry.is_dir() and entry.name in sub_folders:
+            sub_files, sub_odd = _listing(entry, ())
+            files += [f"{entry.name}/{n}" for n in sub_files]
+            odd += [f"{entry.name}/{n}" for n in sub_odd]
+        else:
+            odd.append(entry.name)
+    return files, odd
+
+
+def _metadata_or_none(folder: Path) -> dict[str, Any] | None:
+    try:
+        return read_metadata(folder)
+    except DataError:
+        return None
+
+
+def _within(path: Path, folder: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(folder)
+    except (OSError, RuntimeError):
+        return False
+
+
+def destdir_state(destdir: str | Path, fingerprint: str, overwrite: bool, inputs: Iterable[Path] = ()) -> str:
+    """"new" (no folder), "empty", "same" (already done with these inputs) or "replace" (a data-bin
+    of nmt-preprocess, with --overwrite); any other folder is refused."""
+    shown = destdir
+    destdir = resolve_destdir(destdir)
     if not destdir.exists():
         return "new"
-    if not destdir.is_dir():
-        raise UsageError(f"--destdir {destdir}: exists and is not a folder; choose another --destdir")
-    if not any(destdir.iterdir()):
-        return "new"
-    meta_path = destdir / "metadata.json"
-    try:
-        same = json.loads(meta_path.read_text(encoding="utf-8")).get("job_fingerprint") == fingerprint
-    except (OSError, ValueError):
-        same = False
-    if same and not overwrite:
+    files, odd = _listing(destdir)
+    if not files and not odd:
+        return "empty"
+    meta = _metadata_or_none(destdir)
+    if meta is None:
+        first = (odd + files)[0]
+        raise UsageError(f"--destdir {shown}: is not empty and is not a data-bin written by nmt-preprocess "
+                         f"(it holds {first}{' and more' if len(odd + files) > 1 else ''}, and no valid "
+                         f"{METADATA_FILE}); nmt-preprocess never replaces such a folder: {_OTHER}")
+    if meta.get("job_fingerprint") == fingerprint and not overwrite:
         return "same"
+    foreign = odd + [f for f in files if f not in data_bin_files(meta)]
+    if foreign:
+        raise UsageError(f"--destdir {shown}: a data-bin that also holds {foreign[0]}, which nmt-preprocess did "
+                         f"not write; it replaces only a folder of its own files: move {foreign[0]} away or {_OTHER}")
+    inside = next((p for p in inputs if _within(p, destdir)), None)
+    if inside is not None:
+        raise UsageError(f"--destdir {shown}: holds the input {inside}, which replacing the folder would delete; "
+                         f"{_OTHER}")
     if not overwrite:
-        raise UsageError(f"--destdir {destdir}: already holds different data; pass --overwrite to replace it "
-                         "or choose another --destdir")
+        raise UsageError(f"--destdir {shown}: already holds different data (a data-bin of other options or "
+                         "inputs); pass --overwrite to replace that data-bin or choose another --destdir")
     return "replace"
 
 
-def new_temp_dir(destdir: Path) -> Path:
-    """A private folder beside ``destdir`` (same file system, so the final rename is atomic)."""
+def make_parents(destdir: Path) -> list[Path]:
+    """Create the missing folders above ``destdir``; returns those created (to remove on failure)."""
+    missing = [p for p in destdir.parents if not p.exists()]
+    for folder in reversed(missing):
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            pass
+        except OSError as e:
+            remove_empty(missing)
+            raise UsageError(f"--destdir {destdir}: cannot create {folder} ({e.strerror}); {_OTHER}") from None
+    return missing
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove the folders :func:`make_parents` created, deepest first, if nothing else was put in them."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+
+
+def new_temp_dir(destdir: str | Path) -> Path:
+    """A private folder beside ``destdir`` (same file system, so the final rename is atomic); its
+    parent folders must exist (:func:`make_parents`) unless called for a new import."""
+    destdir = resolve_destdir(destdir)
     destdir.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{destdir.name}.tmp-", dir=destdir.parent))
+    try:
+        return new_work_dir(destdir, "tmp")
+    except OSError as e:
+        raise UsageError(f"--destdir {destdir}: cannot create a folder in {destdir.parent} ({e.strerror}); "
+                         f"{_OTHER}") from None
 
 
-def move_into_place(tmp: Path, destdir: Path, state: str) -> None:
-    """Rename the finished temp folder to ``destdir`` (replacing the old one when asked)."""
+def move_into_place(tmp: Path, destdir: str | Path, state: str) -> list[str]:
+    """Put the finished temp folder at ``destdir``: renamed there, moved into an empty folder (which
+    stays the user's folder), or swapped with the data-bin it replaces. Returns the replaced
+    data-bin's files, now removed."""
+    destdir = resolve_destdir(destdir)
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result is an ordinary folder
-    if destdir.exists() and state == "new":
-        destdir.rmdir()  # an empty folder
+    release(tmp)
     old = None
-    if state == "replace":
-        old = destdir.with_name(f".{destdir.name}.old-{os.getpid()}")
-        os.replace(destdir, old)
-    os.replace(tmp, destdir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    with stop_signals_deferred():
+        if state == "empty":
+            entries = sorted(tmp.iterdir(), key=lambda p: p.name == METADATA_FILE)  # metadata.json last
+            for entry in entries:
+                os.replace(entry, destdir / entry.name)
+            tmp.rmdir()
+        elif state == "replace":
+            old = new_work_dir(destdir, "old")
+            os.replace(destdir, old / destdir.name)
+            try:
+                os.replace(tmp, destdir)
+            except BaseException:
+                os.replace(old / destdir.name, destdir)  # put the old data-bin back
+                shutil.rmtree(old, ignore_errors=True)
+                raise
+        else:
+            os.replace(tmp, destdir)
+    if old is None:
+        return []
+    removed = _listing(old / destdir.name)[0]
+    shutil.rmtree(old, ignore_errors=True)
+    return removed
 
 
 def metadata_languages(data: str | Path, source_lang: str | None,
@@ -74,10 +205,9 @@ def metadata_languages(data: str | Path, source_lang: str | None,
     one is missing and there is no metadata.json to read it from."""
     if source_lang and target_lang:
         return source_lang, target_lang
-    meta = Path(data) / "metadata.json"
-    if not meta.is_file():
+    if not (Path(data) / METADATA_FILE).is_file():
         return None
-    info = json.loads(meta.read_text(encoding="utf-8"))
+    info = read_metadata(data)
     return source_lang or info["source_lang"], target_lang or info["target_lang"]
 
 

@@ -14,11 +14,12 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from nmt.errors import DataError
-from nmt.fileio import atomic_write
+from nmt.fileio import atomic_write, bounded_lines
 
 BOS, PAD, EOS, UNK = "<s>", "<pad>", "</s>", "<unk>"
 SPECIALS = (BOS, PAD, EOS, UNK)
 PAD_TO_MULTIPLE = 8  # a vocabulary size divisible by 8 keeps the output matmul on fast kernels
+MAX_LINE_BYTES = 1 << 20  # a "symbol count" line is short: a longer one is not a dictionary line
 
 
 class Dictionary:
@@ -143,14 +144,19 @@ class Dictionary:
         if not path.is_file():
             raise DataError(f"{path}: no such dictionary file; run nmt-preprocess first or fix the path")
         d = cls()
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
+        fix = "re-run nmt-preprocess, or give the dict.LANG.txt it wrote"
+        with open(path, "rb") as f:
+            for lineno, raw in enumerate(bounded_lines(f, MAX_LINE_BYTES), 1):
+                try:  # the line is not quoted in errors: a damaged or foreign file may hold anything
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise DataError(f"{path}, line {lineno}: not UTF-8 text (a binary file?); {fix}") from None
                 parts = line.rstrip("\n").rsplit(" ", 1)
-                if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
-                    raise DataError(f"{path}, line {lineno}: expected \"<symbol> <count>\", got {line.strip()!r}")
+                if len(raw) > MAX_LINE_BYTES or len(parts) != 2 or not parts[1].lstrip("-").isdigit():
+                    raise DataError(f"{path}, line {lineno}: expected \"<symbol> <count>\"; {fix}")
                 sym, count = parts
                 if sym in d.indices and sym not in SPECIALS:
-                    raise DataError(f"{path}, line {lineno}: duplicate symbol {sym!r}")
+                    raise DataError(f"{path}, line {lineno}: a symbol listed twice; {fix}")
                 d.add_symbol(sym, int(count))
         return d
 

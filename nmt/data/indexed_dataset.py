@@ -147,6 +147,34 @@ class IndexedDataset:
         # np.memmap refuses empty files, and an empty split is legal
         self.tokens = np.memmap(binf, dtype=self.dtype, mode="r") if ntokens else np.zeros(0, self.dtype)
 
+    def verify(self, vocab_size: int, dict_file: str | Path, eos: int = 2) -> None:
+        """Check what the header cannot: sizes agree with offsets, every sentence ends with ``eos``,
+        every id is below ``vocab_size`` (the dictionary in ``dict_file``). Vectorised over the memory
+        maps in blocks, so a damaged split fails here in one line instead of deep in a run."""
+        idx, fix = idx_path(self.prefix), "the data-bin is damaged; re-run nmt-preprocess"
+        n = self._count
+        if int(self.offsets[0]) != 0 or int(self.offsets[n]) != self.ntokens:
+            raise DataError(f"{idx}: the offsets do not span the {self.ntokens} tokens of the .bin; {fix}")
+        for start in range(0, n, _BLOCK):
+            stop = min(start + _BLOCK, n)
+            offsets = np.asarray(self.offsets[start:stop + 1])  # (B+1,)
+            sizes = np.asarray(self.sizes[start:stop])  # (B,)
+            bad = np.flatnonzero((np.diff(offsets) != sizes) | (sizes < 1) | (offsets[1:] > self.ntokens))
+            if bad.size:
+                raise DataError(f"{idx}: the size of sentence {start + int(bad[0])} does not match its offsets; "
+                                f"{fix}")
+            ends = np.asarray(self.tokens[offsets[1:] - 1])  # (B,) the last token of each sentence
+            bad = np.flatnonzero(ends != eos)
+            if bad.size:
+                raise DataError(f"{bin_path(self.prefix)}: sentence {start + int(bad[0])} does not end with </s>; "
+                                f"{fix}")
+        if self.ntokens and vocab_size < 1 << (8 * self.dtype.itemsize) and int(self.tokens.max()) >= vocab_size:
+            position = int(np.argmax(self.tokens >= vocab_size))
+            sentence = int(np.searchsorted(self.offsets, position, side="right")) - 1
+            raise DataError(f"{bin_path(self.prefix)}: sentence {sentence} holds token id {int(self.tokens[position])}"
+                            f", but {Path(dict_file).name} has only {vocab_size} symbols; the .bin is damaged or the "
+                            "dictionary was replaced; re-run nmt-preprocess")
+
     def __len__(self) -> int:
         return self._count
 

@@ -103,5 +103,8 @@ def load_language_pair(data_dir: str | Path, split: str, src: str, tgt: str,
     tgt_dict = Dictionary.load(data_dir / f"dict.{tgt}.txt")
     if tgt_dict == src_dict:
         tgt_dict = src_dict  # one object for a joined dictionary
-    return LanguagePairDataset(IndexedDataset(prefixes[src]), src_dict, IndexedDataset(prefixes[tgt]), tgt_dict,
-                               decoder_start=decoder_start)
+    sides = {}
+    for lang, dictionary in ((src, src_dict), (tgt, tgt_dict)):
+        sides[lang] = IndexedDataset(prefixes[lang])
+        sides[lang].verify(len(dictionary), data_dir / f"dict.{lang}.txt", dictionary.eos())
+    return LanguagePairDataset(sides[src], src_dict, sides[tgt], tgt_dict, decoder_start=decoder_start)

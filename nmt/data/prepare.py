@@ -8,16 +8,16 @@ is reused as it is on the next run.
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import os
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from nmt.config.preprocess import PrepareConfig
-from nmt.data.corpus_files import count_lines
+from nmt.data.corpus_files import gunzip_blocks
 from nmt.errors import DataError, UsageError
 from nmt.fileio import atomic_write, atomic_write_text
 
@@ -40,28 +40,62 @@ def prepare(cfg: PrepareConfig) -> Path:
 
 
 def prepare_multi30k(dest: Path, from_dir: str | None, overwrite: bool = False) -> Path:
-    if (dest / MARKER).is_file() and not overwrite:
+    """Read all nine files first (a failure writes nothing), then write them; a file of the same name
+    that nmt-prepare did not write is never replaced."""
+    marker = _read_marker(dest)
+    if marker.get("complete") and not overwrite:
         print(f"nmt-prepare: {dest} already holds Multi30k (delete {dest / MARKER} or pass --overwrite to redo)")
         return dest
     source = Path(from_dir) if from_dir else None
     if source is not None and not source.is_dir():
         raise UsageError(f"--from (or {MULTI30K_ENV}) {from_dir}: no such folder; "
                          "give the folder holding train.en.gz, val.en.gz, ...")
+    names = [f"{split}.{lang}" for split in MULTI30K_SPLITS for lang in MULTI30K_LANGS]
+    foreign = next((n for n in names if (dest / n).exists() and n not in marker.get("files", [])), None)
+    if foreign is not None:
+        raise UsageError(f"--dest {dest}: already holds {foreign}, which nmt-prepare did not write; "
+                         "choose another --dest (a new or empty folder)")
+    data: dict[str, bytes] = {}
     counts: dict[str, dict[str, int]] = {}
-    for split, names in MULTI30K_SPLITS.items():
+    for split, upstream in MULTI30K_SPLITS.items():
         for lang in MULTI30K_LANGS:
-            out = dest / f"{split}.{lang}"
-            data = _read_local(source, names, lang) if source else _download(f"{names[0]}.{lang}")
-            with atomic_write(out, "wb") as f:
-                f.write(data)
-            counts.setdefault(split, {})[lang] = count_lines(out)
+            text = _read_local(source, upstream, lang) if source else _download(f"{upstream[0]}.{lang}")
+            data[f"{split}.{lang}"] = text
+            counts.setdefault(split, {})[lang] = _line_count(text)
         if len(set(counts[split].values())) != 1:
             raise DataError(f"Multi30k {split}: languages have different line counts {counts[split]}; "
                             "the copy is incomplete, fetch it again")
-    atomic_write_text(dest / MARKER, json.dumps({"dataset": "multi30k", "lines": counts}, indent=2) + "\n")
+    # listed before they are written: a rerun after an interruption may replace them
+    atomic_write_text(dest / MARKER, json.dumps({"dataset": "multi30k", "files": names, "complete": False}) + "\n")
+    for name, text in data.items():
+        with atomic_write(dest / name, "wb") as f:
+            f.write(text)
+    atomic_write_text(dest / MARKER, json.dumps({"dataset": "multi30k", "files": names, "complete": True,
+                                                 "lines": counts}, indent=2) + "\n")
     summary = ", ".join(f"{split} {c['en']}" for split, c in counts.items())
     print(f"nmt-prepare: wrote Multi30k to {dest} ({summary} sentences; languages {', '.join(MULTI30K_LANGS)})")
     return dest
+
+
+def _line_count(text: bytes) -> int:
+    """Lines in ``text``; a last line without a final newline counts."""
+    return text.count(b"\n") + (1 if text and not text.endswith(b"\n") else 0)
+
+
+def _read_marker(dest: Path) -> dict[str, Any]:
+    """What ``.prepared.json`` says (``files`` nmt-prepare wrote, ``complete``); empty when absent or damaged.
+    A marker written before ``files`` was recorded lists its files in ``lines``."""
+    try:
+        marker = json.loads((dest / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(marker, dict):
+        return {}
+    if "files" not in marker and isinstance(marker.get("lines"), dict):
+        marker = {**marker, "complete": True,
+                  "files": [f"{split}.{lang}" for split, by_lang in marker["lines"].items() for lang in by_lang]}
+    files = marker.get("files")
+    return marker if isinstance(files, list) and all(isinstance(f, str) for f in files) else {}
 
 
 def _read_local(source: Path, names: tuple[str, ...], lang: str) -> bytes:
@@ -89,7 +123,4 @@ def _download(name: str) -> bytes:
 def _plain_bytes(raw: bytes, where: Path) -> bytes:
     if raw[:2] != b"\x1f\x8b":
         return raw
-    try:
-        return gzip.GzipFile(fileobj=io.BytesIO(raw)).read()
-    except (OSError, EOFError) as e:
-        raise DataError(f"{where}: not a readable gzip file ({e}); fetch it again") from None
+    return b"".join(gunzip_blocks(io.BytesIO(raw), where))

@@ -20,10 +20,13 @@ from typing import Any
 from nmt.config.preprocess import PreprocessConfig, PreprocessJob
 from nmt.data.binarizer import FileStats, PassRunner, binarize, text_pass
 from nmt.data.corpus_files import as_plain_file, check_nonempty, count_lines, find_input
-from nmt.data.data_dir import destdir_state, job_fingerprint, move_into_place, new_temp_dir
+from nmt.data.data_dir import (check_writable, destdir_state, job_fingerprint, make_parents, move_into_place,
+                               new_temp_dir, remove_empty, resolve_destdir)
 from nmt.data.dictionary import Dictionary
 from nmt.data.indexed_dataset import FORMAT_VERSION
+from nmt.data.metadata import read_metadata
 from nmt.data.text_pipeline import codes_file_name, plugin_options
+from nmt.data.work_dirs import clean_leftovers, sigterm_as_interrupt
 from nmt.errors import DataError, UsageError
 from nmt.fileio import atomic_write_text
 from nmt.registry import BPE, TOKENIZER
@@ -86,31 +89,53 @@ def run_preprocess(job: PreprocessJob) -> dict[str, Any]:
     _check_options(cfg)
     tokenizer_cls, bpe_cls = TOKENIZER.get(cfg.tokenizer["name"]), BPE.get(cfg.bpe["name"])
     splits = _splits(cfg)
-    destdir = Path(cfg.destdir)
+    destdir = resolve_destdir(cfg.destdir)
     options = {k: v for k, v in asdict(cfg).items() if k not in ("workers", "overwrite", "destdir")}
     inputs = [p for s in splits for p in s.inputs.values()] + [Path(p) for p in (cfg.srcdict, cfg.tgtdict) if p]
     fingerprint = job_fingerprint(options, inputs, user_dir)
-    state = destdir_state(destdir, fingerprint, cfg.overwrite)
+    state = destdir_state(destdir, fingerprint, cfg.overwrite, inputs)
+    for folder, pid in clean_leftovers(destdir):
+        print(f"nmt-preprocess: removed {folder}, left by an interrupted run (process {pid})")
     if state == "same":
         print(f"nmt-preprocess: {destdir} is up to date (same options and inputs); nothing to do")
-        return json.loads((destdir / "metadata.json").read_text(encoding="utf-8"))
+        return read_metadata(destdir)
+    check_writable(destdir)
 
-    tmp = new_temp_dir(destdir)
-    work = tmp / ".work"
-    work.mkdir()
-    laps = Laps()
-    runner = PassRunner(cfg.workers, user_dir)
+    with sigterm_as_interrupt():  # SIGTERM cleans up like Ctrl-C
+        meta, removed, laps = _build_in_place(destdir, state, cfg, user_dir, splits, tokenizer_cls, bpe_cls,
+                                              fingerprint)
+    if removed:
+        print(f"nmt-preprocess: --overwrite: removed the previous data-bin in {destdir} ({len(removed)} files: "
+              f"{', '.join(removed[:6])}{', ...' if len(removed) > 6 else ''})")
+    _print_summary(meta, destdir, time.perf_counter() - started, laps)
+    return meta
+
+
+def _build_in_place(destdir: Path, state: str, cfg: PreprocessConfig, user_dir: str | None, splits: list[Split],
+                    tokenizer_cls: Any, bpe_cls: Any, fingerprint: str
+                    ) -> tuple[dict[str, Any], list[str], dict[str, float]]:
+    """Build the data-bin in a temp folder beside ``destdir`` and put it in place. On any failure or
+    interruption the temp folder and the parent folders made for it are removed: all is as it was.
+    Returns the metadata, the files of the data-bin it replaced, and the time of each step."""
+    created = make_parents(destdir)
+    tmp, runner, laps = None, None, Laps()
     try:
+        tmp = new_temp_dir(destdir)
+        work = tmp / ".work"
+        work.mkdir()
+        runner = PassRunner(cfg.workers, user_dir)
         meta = _run_in(tmp, work, cfg, user_dir, splits, runner, tokenizer_cls, bpe_cls, fingerprint, laps)
         runner.close()
         shutil.rmtree(work)
-        move_into_place(tmp, destdir, state)
+        removed = move_into_place(tmp, destdir, state)
     except BaseException:
-        runner.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if runner is not None:
+            runner.close()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        remove_empty(created)
         raise
-    _print_summary(meta, destdir, time.perf_counter() - started, laps.times)
-    return meta
+    return meta, removed, laps.times
 
 
 @dataclass

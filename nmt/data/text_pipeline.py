@@ -8,10 +8,10 @@ codes in the data folder, so :func:`load_text_pipeline` rebuilds the very same p
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from nmt.data.metadata import METADATA_FILE, read_metadata
 from nmt.errors import DataError
 
 TEXT_PLUGIN_KINDS = ("tokenizers", "bpe")  # the built-in plugin folders text processing needs
@@ -101,16 +101,6 @@ def build_bpe(spec: dict[str, Any], codes_path: Path | None) -> BPE:
     return bpe
 
 
-def read_metadata(data_dir: str | Path) -> dict[str, Any]:
-    path = Path(data_dir) / "metadata.json"
-    if not path.is_file():
-        raise DataError(f"{path}: missing; {data_dir} is not a folder written by nmt-preprocess")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: not valid JSON ({e}); re-run nmt-preprocess") from None
-
-
 def _load_recorded_user_dir(data_dir: str | Path, pipeline: dict[str, Any]) -> None:
     """Import the --user-dir that nmt-preprocess ran with, when its plugins are not loaded yet."""
     from nmt.plugin_loader import load_plugins
@@ -121,7 +111,7 @@ def _load_recorded_user_dir(data_dir: str | Path, pipeline: dict[str, Any]) -> N
     if known or not user_dir:
         return
     if not Path(user_dir).is_dir():
-        raise DataError(f"{Path(data_dir) / 'metadata.json'}: its tokenizer/BPE plugins came from --user-dir "
+        raise DataError(f"{Path(data_dir) / METADATA_FILE}: its tokenizer/BPE plugins came from --user-dir "
                         f"{user_dir}, which no longer exists; pass --user-dir with their new folder")
     load_plugins(user_dir, TEXT_PLUGIN_KINDS)
 
@@ -138,4 +128,18 @@ def load_text_pipeline(data_dir: str | Path, lang: str) -> TextPipeline:
     _load_recorded_user_dir(data_dir, pipeline)
     codes = pipeline["bpe"].get("codes", {}).get(lang)
     return TextPipeline(build_tokenizer(pipeline["tokenizer"], lang),
-                        build_bpe(pipeline["bpe"], Path(data_dir) / codes if codes else None))
+                        build_bpe(pipeline["bpe"], codes_inside(data_dir, codes, lang) if codes else None))
+
+
+def codes_inside(data_dir: str | Path, name: str, lang: str) -> Path:
+    """The codes file ``name`` recorded in metadata.json, which must lie inside the data-bin: no
+    absolute path, no "..", no link leading out of it (metadata must not make nmt read any file)."""
+    folder, relative = Path(data_dir).resolve(), Path(name)
+    try:
+        path = (folder / relative).resolve()
+    except (OSError, RuntimeError):  # a link loop
+        path = Path("/")
+    if relative.is_absolute() or ".." in relative.parts or not path.is_relative_to(folder):
+        raise DataError(f"{Path(data_dir) / METADATA_FILE}: the BPE codes of {lang!r} must be a file inside the "
+                        "data-bin (no absolute path, no \"..\", no link out of it); re-run nmt-preprocess")
+    return path

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 from nmt.config.fields import opt
 from nmt.data.text_pipeline import BPE
 from nmt.errors import DataError
-from nmt.fileio import atomic_write
+from nmt.fileio import atomic_write, atomic_write_text
 from nmt.registry import register_bpe
 
 SEPARATOR = "@@"
@@ -59,6 +59,35 @@ def _fast_argmax() -> Iterator[None]:
         del module.max
 
 
+_VERSION_LINE = "#version: 0.2"  # what learn_bpe writes first
+_VERSION = re.compile(r"#version:\s+\d+(\.\d+)*\s*")
+_CODES_FIX = "the codes file is damaged; re-run nmt-preprocess to learn it again"
+# A merge of two NUL characters never applies (NUL is refused in every text input), and lets
+# subword-nmt load codes that hold no merge at all: it refuses an empty list.
+_NO_MERGE = "\x00 \x00"
+
+
+def _checked_codes(path: Path) -> str:
+    """The text of a codes file, checked line by line as subword-nmt will split it (which prints a
+    bad line and exits the process). Nothing of the file's content goes into an error message."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.start}); {_CODES_FIX}") from None
+    except OSError as e:
+        raise DataError(f"{path}: cannot be read ({e.strerror}); {_CODES_FIX}") from None
+    lines = text.rstrip("\n").split("\n")
+    header = lines[0].startswith("#version:")
+    if header and not _VERSION.fullmatch(lines[0]):
+        raise DataError(f"{path}: line 1 is not a \"#version: N.N\" header; {_CODES_FIX}")
+    merges = lines[1:] if header else lines
+    for number, line in enumerate(merges, 2 if header else 1):
+        if len(line.strip("\r\n ").split(" ")) != 2:
+            raise DataError(f"{path}: line {number} is not a merge (two subwords separated by one space); "
+                            f"{_CODES_FIX}")
+    return text if merges else f"{_VERSION_LINE}\n{_NO_MERGE}\n"
+
+
 @dataclass
 class SubwordNmtConfig:
     bpe_merges: int = opt(10000, "Number of BPE merge operations to learn on the training split.")
@@ -73,8 +102,13 @@ class SubwordNmtBPE(BPE):
             raise DataError(f"BPE codes file {codes_path} is missing; re-run nmt-preprocess to learn it")
         from subword_nmt.apply_bpe import BPE as _Apply
 
-        with open(codes_path, encoding="utf-8") as f:
-            self._bpe = _Apply(f, separator=SEPARATOR)
+        codes = _checked_codes(Path(codes_path))
+        # subword-nmt reports a file it cannot read by printing the line and exiting: never let that through
+        with contextlib.redirect_stderr(io.StringIO()):
+            try:
+                self._bpe = _Apply(io.StringIO(codes), separator=SEPARATOR)
+            except (SystemExit, ValueError):
+                raise DataError(f"{codes_path}: subword-nmt cannot read these BPE codes; {_CODES_FIX}") from None
 
     @classmethod
     def learn(cls, cfg: SubwordNmtConfig, word_counts: dict[str, int], codes_path: Path) -> None:
@@ -82,6 +116,9 @@ class SubwordNmtBPE(BPE):
 
         if cfg.bpe_merges <= 0:
             raise DataError(f"--bpe-merges {cfg.bpe_merges}: must be a positive number of merges")
+        if not any(len(word) > 1 for word in word_counts):  # no pair to merge (learn_bpe fails on that)
+            atomic_write_text(codes_path, f"{_VERSION_LINE}\n")
+            return
         # learn_bpe reads "word count" lines when is_dict=True: our workers already counted the words
         vocab = io.StringIO("".join(f"{w} {c}\n" for w, c in sorted(word_counts.items())))
         # its tqdm bar would be the only progress output of nmt-preprocess: keep stderr for errors
