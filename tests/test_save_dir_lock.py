@@ -25,7 +25,7 @@ def test_a_held_save_dir_refuses_a_second_holder_and_is_free_again_after(tmp_pat
     save = tmp_path / "run" / "deeper"
     with hold_save_dir(save) as folder:
         assert folder == save and (save / LOCK_NAME).read_text().strip() == str(os.getpid())
-        with pytest.raises(NmtError) as info:  # flock locks are per open file: this process is refused too
+        with pytest.raises(NmtError) as info:  # this process is refused too
             with hold_save_dir(save):
                 pass
         assert str(info.value) == (f"--save-dir {save} is in use by another nmt-train run (pid {os.getpid()}); "

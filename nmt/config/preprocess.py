@@ -25,7 +25,8 @@ class PreprocessConfig:
                        group=G_IO)
     input_format: str = opt("auto", "Input compression: plain, gz, or auto (detect PREFIX.LANG or .gz).",
                             choices=["auto", "plain", "gz"], group=G_IO)
-    overwrite: bool = opt(False, "Replace a destdir that already holds different data.", group=G_IO)
+    overwrite: bool = opt(False, "Replace a destdir that holds an earlier data-bin written by nmt-preprocess (only "
+                                 "its own files; any other folder is refused).", group=G_IO)
     workers: int = opt(1, "Processes to split the work over (output identical to --workers 1).", low=1, group=G_IO)
     keep_text: bool = opt(False, "Also keep the tokenized+BPE text of each split in DESTDIR/text/.", group=G_IO)
 
