@@ -22,6 +22,7 @@ def run(cfg: AverageJob) -> None:
         raise UsageError("--inputs is required: checkpoint files joined by ':', or one folder with "
                          "--num-epoch-checkpoints N / --num-update-checkpoints N")
     by_count = cfg.num_epoch_checkpoints is not None or cfg.num_update_checkpoints is not None
+    paths: list[str] | list[Path]
     if by_count:
         if len(items) != 1:
             raise UsageError("--num-epoch-checkpoints / --num-update-checkpoints take one folder in --inputs")

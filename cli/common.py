@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import sys
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import click
 
@@ -58,10 +58,16 @@ def report_error(prog: str, error: BaseException, debug: bool) -> int:
     return 1
 
 
+class EntryPoint(Protocol):
+    """A command's ``main``: the console script calls it with no arguments (argv from sys.argv)."""
+
+    def __call__(self, argv: list[str] | None = None) -> None: ...
+
+
 def config_command(prog: str, schema: type, run: Callable[[Any], Any], *, help: str | None = None,
                    arguments: dict[str, str] | None = None, preset: Preset | None = None,
                    extra_params: list[click.Parameter] | None = None,
-                   plugin_kinds: tuple[str, ...] | None = None) -> Callable[[list[str] | None], None]:
+                   plugin_kinds: tuple[str, ...] | None = None) -> EntryPoint:
     """Build the console-script entry point of a command driven by config dataclass ``schema``.
 
     ``arguments`` maps positional argument names to config paths (``{"data": "task.data"}``).

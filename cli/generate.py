@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 from typing import IO, Iterator
 
-import click
 import torch
 
 from nmt.cli.common import config_command
@@ -32,11 +31,11 @@ def _output(cfg: GenerateJob) -> Iterator[IO[str]]:
         yield f
 
 
-def _reference_file(cfg: GenerateJob, tgt: str) -> str | None:
+def _reference_file(cfg: GenerateJob, data: str, tgt: str) -> str | None:
     """--reference, else the raw text nmt-preprocess kept in DATA/raw/ (None: neither exists)."""
     if cfg.reference:
         return cfg.reference
-    kept = Path(cfg.data) / "raw" / f"{cfg.gen_subset}.{tgt}"
+    kept = Path(data) / "raw" / f"{cfg.gen_subset}.{tgt}"
     return str(kept) if kept.is_file() else None
 
 
@@ -78,7 +77,7 @@ def run(cfg: GenerateJob) -> None:
     data = open_data_dir(cfg.data, cfg.source_lang, cfg.target_lang)
     dataset = load_language_pair(cfg.data, cfg.gen_subset, data.src, data.tgt)
     detok = load_text_pipeline(cfg.data, data.tgt).decode
-    reference_file = _reference_file(cfg, data.tgt)
+    reference_file = _reference_file(cfg, cfg.data, data.tgt)
     references = _references(reference_file, cfg.gen_subset, len(dataset))
     translator = make_translator(cfg.generation, cfg.inference, data, cfg.common.seed)
 

@@ -8,6 +8,7 @@ torchrun (`torchrun --nproc_per_node N -m nmt.cli.train ...`). `--arch help` or
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -36,7 +37,7 @@ def _list_and_exit(ctx: click.Context, _param: click.Parameter, value: bool) -> 
         ctx.exit(0)
 
 
-def preset(cfg):  # type: ignore[no-untyped-def]
+def preset(cfg: Any) -> dict[str, Any] | None:
     """The --arch preset; `--arch help` lists the plugins instead of training."""
     if cfg.model.arch.name in ("help", "list"):
         click.echo(plugin_listing())
@@ -52,7 +53,8 @@ def run(cfg: TrainJob, list_plugins: bool = False) -> None:
     from nmt.training.loop import train
 
     if not cfg.task.data:
-        raise UsageError("no data: give the data-bin folder nmt-preprocess wrote, e.g. nmt-train data-bin/multi30k_en_de")
+        raise UsageError("no data: give the data-bin folder nmt-preprocess wrote, "
+                         "e.g. nmt-train data-bin/multi30k_en_de")
     train(cfg)
 
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 import torch
 
 from nmt.cli.common import config_command
 from nmt.cli.generate import SKIP_INVALID, skipped_line
+from nmt.config.model import ModelConfig
 from nmt.config.validate import ValidateJob
 
 
@@ -39,7 +40,8 @@ def batches_that_fit(model: torch.nn.Module, dataset: Any, cfg: ValidateJob, sub
     from nmt.errors import DataError
     from nmt.generation.guards import check_lengths
 
-    limits = {"source": int(model.cfg.max_source_positions), "target": int(model.cfg.max_target_positions)}
+    model_cfg = cast(ModelConfig, model.cfg)  # every model keeps its config; nn.Module's typing can't say so
+    limits = {"source": int(model_cfg.max_source_positions), "target": int(model_cfg.max_target_positions)}
     if not skip:
         fix = f"pass {SKIP_INVALID} to skip such sentences"
         check_lengths(dataset.src_sizes, limits["source"], lambda k: f"{subset}: sentence {k}", "source", fix)

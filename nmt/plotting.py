@@ -11,7 +11,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeGuard
 
 from nmt.errors import DataError, NmtError, UsageError
 from nmt.fileio import atomic_write, bounded_lines
@@ -112,7 +112,7 @@ def _curve(records: list[dict[str, Any]], key: str) -> Curve:
     return Curve(updates, [by_update[u] for u in updates])
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import inspect
 from dataclasses import dataclass
-import importlib
 from typing import Any, Callable, Iterator, TypeVar
 
 from nmt.config.fields import to_dataclass

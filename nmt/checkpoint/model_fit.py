@@ -17,10 +17,10 @@ import torch
 
 from nmt.checkpoint.errors import CheckpointError
 from nmt.checkpoint.verify import check_finite_weights, parameter_mismatch
+from nmt.config.fields import to_dataclass
 from nmt.config.model import ModelConfig
 from nmt.errors import ConfigError, NmtError
 from nmt.models.build import build_model
-from nmt.config.fields import to_dataclass
 
 UNSTORED_BUFFER_FLOOR = 1 << 28  # bytes of computed buffers always allowed (a 1024 x 512 sinusoid table is 2 MiB)
 _LAYER = re.compile(r"(encoder|decoder)\.layers\.(\d+)\.")

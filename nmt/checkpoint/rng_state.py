@@ -17,7 +17,9 @@ import torch
 def get_rng_state() -> dict[str, Any]:
     """The states of python's, numpy's, torch's CPU and (when present) every CUDA generator."""
     version, key, gauss_next = random.getstate()
-    np_kind, np_key, np_pos, np_has_gauss, np_gauss = np.random.get_state(legacy=True)
+    np_state = np.random.get_state(legacy=True)
+    assert isinstance(np_state, tuple)  # the global RandomState is MT19937, whose legacy state is a 5-tuple
+    np_kind, np_key, np_pos, np_has_gauss, np_gauss = np_state
     state: dict[str, Any] = {
         "python": {"version": version, "key": list(key), "gauss_next": gauss_next},
         "numpy": {"kind": str(np_kind), "key": np_key.tolist(), "pos": int(np_pos),

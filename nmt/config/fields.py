@@ -64,10 +64,8 @@ def allowed_text(f: dataclasses.Field) -> str | None:
     if m.get("choices"):
         return "one of " + ", ".join(str(c) for c in m["choices"])
     low, high = m.get("low"), m.get("high")
-    if low is None and high is None:
-        return None
     if high is None:
-        return f"{'>' if m.get('low_open') else '>='} {_number(low)}"
+        return None if low is None else f"{'>' if m.get('low_open') else '>='} {_number(low)}"
     if low is None:
         return f"{'<' if m.get('high_open') else '<='} {_number(high)}"
     return (f"in {'(' if m.get('low_open') else '['}{_number(low)}, {_number(high)}"

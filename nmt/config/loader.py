@@ -19,11 +19,11 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from nmt.config.compat import MOVED_KEYS
+from nmt.config.fields import as_group, check_values, flag_of, inherited_group, literal
 from nmt.config.safe_yaml import VALUE_BYTES, parse_yaml
 from nmt.errors import ConfigError, UsageError
 from nmt.fileio import atomic_write_text
-from nmt.config.compat import MOVED_KEYS
-from nmt.config.fields import as_group, check_values, flag_of, inherited_group, literal
 from nmt.registry import REGISTRIES, did_you_mean
 
 Preset = Callable[[DictConfig], "dict[str, Any] | None"]
@@ -35,7 +35,7 @@ def leaf_paths(schema: type, prefix: str = "") -> dict[str, dataclasses.Field]:
     out: dict[str, dataclasses.Field] = {}
     for f in dataclasses.fields(schema):
         sub = hints[f.name]
-        if dataclasses.is_dataclass(sub):
+        if isinstance(sub, type) and dataclasses.is_dataclass(sub):
             out.update(leaf_paths(sub, prefix + f.name + "."))
         else:
             out[prefix + f.name] = f
@@ -136,7 +136,7 @@ def _shorthand(schema: type, where: str, layer: dict[str, Any]) -> dict[str, Any
     layer = literal(layer)  # a copy; escapes nothing left, but keeps the layer ours to change
     for path in _plugin_group_fields(schema):
         *parents, last = path.split(".")
-        node = layer
+        node: Any = layer
         for p in parents:
             node = node.get(p) if isinstance(node, dict) else None
         if isinstance(node, dict) and last in node:
@@ -172,6 +172,12 @@ def _merge(schema: type, layers: list[tuple[str, dict[str, Any]]]) -> DictConfig
     return cfg
 
 
+def _plain_group(cfg: DictConfig, path: str) -> dict[str, Any]:
+    """The plugin group at ``path`` as a plain dict, ``${...}`` left as written."""
+    # a plugin group's field is a dict in the schema, so omegaconf holds a DictConfig there
+    return typing.cast("dict[str, Any]", OmegaConf.to_container(OmegaConf.select(cfg, path), resolve=False))
+
+
 def _complete_plugin_groups(schema: type, cfg: DictConfig) -> None:
     """Check each plugin group's name and options against its plugin's config class and fill in that
     plugin's defaults. A group that inherits (a site's attention) keeps only what was given for it:
@@ -180,16 +186,16 @@ def _complete_plugin_groups(schema: type, cfg: DictConfig) -> None:
     inheriting = {p: f for p, f in fields.items() if f.metadata.get("inherit")}
     for path, f in sorted(fields.items(), key=lambda pf: pf[0] in inheriting):  # inherited-from groups first
         kind = f.metadata["plugin_group"]
-        node = OmegaConf.to_container(OmegaConf.select(cfg, path), resolve=False)
+        node = _plain_group(cfg, path)
         shared = None
         if path in inheriting:
-            shared = OmegaConf.to_container(OmegaConf.select(cfg, path.rsplit(".", 1)[0] + "." + f.metadata["inherit"]
-                                                             if "." in path else f.metadata["inherit"]), resolve=False)
+            shared = _plain_group(cfg, path.rsplit(".", 1)[0] + "." + f.metadata["inherit"]
+                                  if "." in path else f.metadata["inherit"])
         if shared is not None and node.get("name") in (None, shared.get("name")):
             effective, filled = inherited_group(node, shared), node
         else:
             effective = filled = node
-        name = effective.get("name")
+        name: Any = effective.get("name")  # as given: the registry's error names a wrong one
         sites = [g.metadata["option_prefix"] for p, g in inheriting.items()
                  if g.metadata["inherit"] == f.name and p.rsplit(".", 1)[0] == path.rsplit(".", 1)[0]]
         _check_option_names(kind, name, effective, f, path, sites)
@@ -207,7 +213,8 @@ def _check_option_names(kind: str, name: str, group: dict[str, Any], f: dataclas
     registry = REGISTRIES[kind]
     known = {pf.name for pf in dataclasses.fields(registry.config_class(name))} if name in registry else set()
     for key in sorted(set(group) - known - {"name"}):
-        owners = [n for n in registry.choices() if key in {pf.name for pf in dataclasses.fields(registry.config_class(n))}]
+        owners = [n for n in registry.choices()
+                  if key in {pf.name for pf in dataclasses.fields(registry.config_class(n))}]
         if not owners:
             continue  # a plain unknown key: the plugin's own check says so, with the known ones
         flag = "--" + key.replace("_", "-")

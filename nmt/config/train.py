@@ -23,7 +23,8 @@ class TaskConfig:
     source_lang: Optional[str] = opt(None, "Source language suffix (read from the data-bin when there is one pair).")
     target_lang: Optional[str] = opt(None, "Target language suffix (read from the data-bin when there is one pair).")
     train_subset: str = opt("train", "The split to train on.")
-    valid_subset: str = opt("valid", "The split(s) to validate on, comma separated; the first one picks the best checkpoint.")
+    valid_subset: str = opt("valid", "The split(s) to validate on, comma separated; "
+                                     "the first one picks the best checkpoint.")
     max_tokens: Optional[int] = opt(None, "Maximum tokens (source or target, padding included) in a batch.", low=1)
     batch_size: Optional[int] = opt(None, "Maximum sentences in a batch.", low=1)
     max_tokens_valid: Optional[int] = opt(None, "--max-tokens for validation [default: --max-tokens].", low=1)
@@ -70,7 +71,8 @@ class CheckpointConfig:
     no_save: bool = opt(False, "Do not save any checkpoint.")
     no_epoch_checkpoints: bool = opt(False, "Only save checkpoint_last.pt and checkpoint_best.pt.")
     no_last_checkpoints: bool = opt(False, "Do not save checkpoint_last.pt.")
-    best_checkpoint_metric: str = opt("loss", "Validation metric that chooses checkpoint_best.pt (loss, nll_loss, ppl).")
+    best_checkpoint_metric: str = opt("loss",
+                                      "Validation metric that chooses checkpoint_best.pt (loss, nll_loss, ppl).")
     maximize_best_checkpoint_metric: bool = opt(False, "A higher best metric is better (e.g. for BLEU).")
     patience: int = opt(-1, "Stop when the best metric has not improved for N validations (-1 = never).", low=-1)
 

@@ -70,7 +70,8 @@ def _text_step(step: tuple) -> Callable[[str], str]:
 
 def _run_text_range(task: tuple) -> RangeResult:
     path, start, end, shown, step, out_path, count = task
-    res = RangeResult(counts=Counter() if count else None)
+    counts: Counter | None = Counter() if count else None
+    res = RangeResult(counts=counts)
     encode = _text_step(step) if step is not None else None
     out = open(out_path, "w", encoding="utf-8", newline="\n") if out_path else None
     try:
@@ -82,8 +83,8 @@ def _run_text_range(task: tuple) -> RangeResult:
             text = "\n".join(lines)
             if out is not None and lines:
                 out.write(text + "\n")
-            if count:
-                res.counts.update(text.split())
+            if counts is not None:
+                counts.update(text.split())
     except RangeError as e:
         res.error = e  # its line is counted from the range start: the driver adds earlier ranges
     finally:
@@ -137,9 +138,9 @@ def _lines_to_ids(lines: list[str], d: Dictionary, lookup: dict[str, int]) -> tu
     text = "\n".join(lines)
     get, unk = d.indices.get, d.unk()
     if _SENTINEL in text:
-        words = [ln.split() + [EOS] for ln in lines]
-        sizes = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
-        flat = list(itertools.chain.from_iterable(words))
+        line_words = [ln.split() + [EOS] for ln in lines]
+        sizes = np.fromiter(map(len, line_words), dtype=np.int64, count=len(line_words))
+        flat = list(itertools.chain.from_iterable(line_words))
         return np.fromiter(map(get, flat, itertools.repeat(unk)), dtype=np.int64, count=len(flat)), sizes
     words = (text + "\n").replace("\n", f" {_SENTINEL} ").split()
     ids = np.fromiter(map(lookup.get, words, itertools.repeat(unk)), dtype=np.int64, count=len(words))
@@ -208,8 +209,9 @@ def text_pass(runner: PassRunner, src: Path, dst: Path | None, shown: str, step:
               count: bool, tmp_dir: Path) -> FileStats:
     """Apply ``step`` to every line of ``src`` into ``dst`` (None: only count/validate)."""
     ranges = byte_ranges(src, runner.workers)
-    shards = [tmp_dir / f"{dst.name}.part{k}" for k in range(len(ranges))] if dst else [None] * len(ranges)
-    tasks = [(str(src), a, b, shown, step, str(s) if s else None, count) for (a, b), s in zip(ranges, shards)]
+    shards = [tmp_dir / f"{dst.name}.part{k}" for k in range(len(ranges))] if dst else []
+    tasks = [(str(src), a, b, shown, step, str(shards[k]) if shards else None, count)
+             for k, (a, b) in enumerate(ranges)]
     stats = _merge(runner.map(_run_text_range, tasks))
     if dst is not None:
         with open(dst, "wb") as out:

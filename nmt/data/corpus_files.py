@@ -12,7 +12,7 @@ import gzip
 import os
 import zlib
 from pathlib import Path
-from typing import IO, Callable, Iterator
+from typing import IO, Callable, Generator, Iterable, Iterator
 
 from nmt.errors import DataError, UsageError
 
@@ -160,7 +160,7 @@ def _has_nul(shown: str) -> str:
             "remove the NUL bytes (e.g. tr -d '\\000')")
 
 
-def decoded_lines(stream: IO[bytes], shown: str) -> Iterator[str]:
+def decoded_lines(stream: Iterable[bytes], shown: str) -> Generator[str, None, None]:
     """The lines of a byte stream (stdin, a file) without their newline, checked like a corpus: a byte
     that is not UTF-8 or a NUL raises ``DataError`` naming ``shown`` and the line."""
     for number, raw in enumerate(stream, 1):
@@ -175,7 +175,7 @@ def decoded_lines(stream: IO[bytes], shown: str) -> Iterator[str]:
         yield text.rstrip("\n")
 
 
-def read_lines(path: str | Path) -> Iterator[str]:
+def read_lines(path: str | Path) -> Generator[str, None, None]:
     """:func:`decoded_lines` of a plain or gzipped file (a damaged gzip stream is named with its line)."""
     path = Path(path)
     if not is_gzip(path):

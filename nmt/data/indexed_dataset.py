@@ -182,7 +182,7 @@ class IndexedDataset:
         return {"prefix": self.prefix}  # a spawned DataLoader worker re-opens the maps, copies nothing
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["prefix"])
+        IndexedDataset.__init__(self, state["prefix"])
 
     def __getitem__(self, i: int) -> np.ndarray:
         if not -self._count <= i < self._count:

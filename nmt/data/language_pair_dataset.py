@@ -95,7 +95,7 @@ def load_language_pair(data_dir: str | Path, split: str, src: str, tgt: str,
     """Open ``split`` of a folder written by ``nmt-preprocess`` (``{split}.{src}-{tgt}.{lang}.bin/.idx``)."""
     data_dir = Path(data_dir)
     prefixes = {lang: data_dir / f"{split}.{src}-{tgt}.{lang}" for lang in (src, tgt)}
-    for lang, prefix in prefixes.items():
+    for prefix in prefixes.values():
         if not dataset_exists(prefix):
             raise UsageError(f"{data_dir}: no split {split!r} for {src}-{tgt} ({prefix}.bin/.idx missing); "
                              "check --source-lang/--target-lang and the split name, or re-run nmt-preprocess")

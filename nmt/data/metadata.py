@@ -26,7 +26,7 @@ _SCHEMA: tuple[tuple[str, type], ...] = (
     ("pipeline.tokenizer", dict), ("pipeline.tokenizer.name", str), ("pipeline.bpe", dict),
     ("pipeline.bpe.name", str), ("splits", dict),
 )
-_TYPE_NAMES = {str: "a string", list: "a list", dict: "a JSON object"}
+_TYPE_NAMES: dict[type, str] = {str: "a string", list: "a list", dict: "a JSON object"}
 # a language name becomes part of file names (dict.LANG.txt): no path separators, no leading dot
 _LANG = re.compile(r"[^/\\\x00.][^/\\\x00]{0,63}")
 

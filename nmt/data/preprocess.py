@@ -13,15 +13,23 @@ import json
 import shutil
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nmt.config.preprocess import PreprocessConfig, PreprocessJob
 from nmt.data.binarizer import FileStats, PassRunner, binarize, text_pass
 from nmt.data.corpus_files import as_plain_file, check_nonempty, count_lines, find_input
-from nmt.data.data_dir import (check_writable, destdir_state, job_fingerprint, make_parents, move_into_place,
-                               new_temp_dir, remove_empty, resolve_destdir)
+from nmt.data.data_dir import (
+    check_writable,
+    destdir_state,
+    job_fingerprint,
+    make_parents,
+    move_into_place,
+    new_temp_dir,
+    remove_empty,
+    resolve_destdir,
+)
 from nmt.data.dictionary import Dictionary
 from nmt.data.indexed_dataset import FORMAT_VERSION
 from nmt.data.metadata import read_metadata
@@ -39,11 +47,18 @@ class Split:
     name: str  # train, valid, valid1, test, ...
     inputs: dict[str, Path]  # lang -> the user's file
     text: dict[str, Path]  # lang -> current plain text (changes after each text pass)
-    raw: dict[str, Path] | None = None  # lang -> the input as plain text (before any text pass)
+    raw: dict[str, Path] = field(default_factory=dict)  # lang -> the input as plain text (before any text pass)
+
+
+def _langs(cfg: PreprocessConfig) -> tuple[str, str]:
+    """(--source-lang, --target-lang), which _check_options has made sure are given."""
+    src, tgt = cfg.source_lang, cfg.target_lang
+    assert src and tgt, "_check_options first"
+    return src, tgt
 
 
 def _splits(cfg: PreprocessConfig) -> list[Split]:
-    langs = (cfg.source_lang, cfg.target_lang)
+    langs = _langs(cfg)
     out: list[Split] = []
     for kind, prefixes, option in (("train", cfg.trainpref, "--trainpref"), ("valid", cfg.validpref, "--validpref"),
                                    ("test", cfg.testpref, "--testpref")):
@@ -151,7 +166,7 @@ class _Run:
 
     @property
     def langs(self) -> tuple[str, str]:
-        return self.cfg.source_lang, self.cfg.target_lang  # type: ignore[return-value]
+        return _langs(self.cfg)
 
     @property
     def train(self) -> Split | None:
@@ -259,7 +274,7 @@ def _text_passes(run: _Run, tokenizer_cls: Any, bpe_cls: Any) -> tuple[dict[str,
 
 def _dictionaries(cfg: PreprocessConfig, counts: dict[str, Counter]) -> dict[str, Dictionary]:
     """From the training counts (or the given files); one shared object when joined."""
-    src, tgt = cfg.source_lang, cfg.target_lang
+    src, tgt = _langs(cfg)
     if cfg.joined_dictionary:
         joint = counts.get(src, Counter()) + counts.get(tgt, Counter())
         d = _build_dictionary(cfg.srcdict, joint, cfg.thresholdsrc, cfg.nwordssrc)

@@ -33,18 +33,19 @@ def last_checkpoints(folder: str | Path, num_epoch: int | None = None, num_updat
         raise UsageError(f"--inputs {folder}: no such folder")
     pattern, count, flag = ((EPOCH_NAME, num_epoch, "--num-epoch-checkpoints") if num_epoch is not None
                             else (UPDATE_NAME, num_update, "--num-update-checkpoints"))
-    if count < 1:  # type: ignore[operator]
+    assert count is not None  # exactly one of the two is given (checked above)
+    if count < 1:
         raise UsageError(f"{flag} {count}: must be at least 1")
     found = []
     for path in folder.iterdir():
         m = pattern.fullmatch(path.name)
         if m:
             found.append((int(m.groups()[-1]), path))
-    if len(found) < count:  # type: ignore[operator]
+    if len(found) < count:
         raise UsageError(f"{flag} {count}: {folder} holds only {len(found)} such checkpoints "
                          f"({', '.join(sorted(p.name for _, p in found)) or 'none'})")
     found.sort()
-    return [p for _, p in found[-count:]]  # type: ignore[operator]
+    return [p for _, p in found[-count:]]
 
 
 def _architecture(state: dict[str, Any]) -> dict[str, Any]:
@@ -85,10 +86,10 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
 
     The optimizer and scheduler state are dropped (they belong to one point of training); the
     sources are recorded in ``training.extra.averaged_from``."""
-    paths = [Path(p) for p in paths]
-    if not paths:
+    files = [Path(p) for p in paths]
+    if not files:
         raise UsageError("--inputs: no checkpoints to average")
-    first = load_checkpoint(paths[0])
+    first = load_checkpoint(files[0])
     canonical = _tied_names(first["model"])
     sums: dict[str, torch.Tensor] = {}
     for name in set(canonical.values()):
@@ -96,9 +97,9 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
         dtype = torch.float64 if t.dtype == torch.float64 else torch.float32 if t.is_floating_point() else t.dtype
         sums[name] = t.to(dtype, copy=True)  # a copy: tied tensors share storage in the loaded state
     last = first
-    for path in paths[1:]:
+    for path in files[1:]:
         state = load_checkpoint(path)
-        _check_same_model(first, paths[0], state, path)
+        _check_same_model(first, files[0], state, path)
         for name, total in sums.items():
             t = state["model"][name]
             if t.is_floating_point():
@@ -106,14 +107,14 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
             else:
                 sums[name] = t.clone()  # integer buffers (counters): the newest value
         last = state
-    n = len(paths)
+    n = len(files)
     means = {name: (s / n).to(first["model"][name].dtype) if s.is_floating_point() else s
              for name, s in sums.items()}
     averaged = {name: means[canonical[name]] for name in first["model"]}  # tied names share one tensor again
     training = dict(last.get("training") or {})
     for key in ("optimizer", "lr_scheduler", "scaler", "iterator"):
         training[key] = None
-    training["extra"] = {**(training.get("extra") or {}), "averaged_from": [str(p) for p in paths]}
+    training["extra"] = {**(training.get("extra") or {}), "averaged_from": [str(p) for p in files]}
     return {**last, "model": averaged, "training": training}
 
 

@@ -55,8 +55,8 @@ def _can_share_encoder(model: torch.nn.Module) -> bool:
 def _static_cache_keys(model: torch.nn.Module) -> set[str]:
     """Cache slots of encoder-decoder attention modules: they hold the projected encoder output,
     which never changes while decoding (nmt.models.attention.AttentionBase's ``state_key``)."""
-    return {m.state_key for m in model.modules()
-            if getattr(m, "self_attention", True) is False and isinstance(getattr(m, "state_key", None), str)}
+    keys = (getattr(m, "state_key", None) for m in model.modules() if getattr(m, "self_attention", True) is False)
+    return {key for key in keys if isinstance(key, str)}
 
 
 class EnsembleModel:
@@ -65,7 +65,9 @@ class EnsembleModel:
     def __init__(self, models: Sequence[torch.nn.Module]):
         if not models:
             raise ValueError("an ensemble needs at least one model")
-        self.models = list(models)
+        # duck-typed members: TransformerModel's interface (nmt.models.architecture), which nn.Module's typing
+        # cannot name (its __getattr__ says every unknown attribute is a Tensor or a Module)
+        self.models: list[Any] = list(models)
         for m in self.models:
             m.eval()
         self._static_keys = [_static_cache_keys(m) for m in self.models]

@@ -13,7 +13,6 @@ import re
 from typing import Any, Callable, Sequence
 
 import numpy as np
-import torch
 
 from nmt.errors import ConfigError, DataError, NmtError
 

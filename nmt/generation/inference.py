@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Sequence
 
+import numpy as np
 import torch
 
 from nmt.config.generate import GenerationConfig, InferenceConfig
 from nmt.errors import UsageError
 from nmt.generation.ensemble import EnsembleModel
-from nmt.generation.guards import (check_beam_fits_vocabulary, check_finite_hypotheses,
-                                   check_lengths, within_positions)
+from nmt.generation.guards import check_beam_fits_vocabulary, check_finite_hypotheses, check_lengths, within_positions
 from nmt.generation.search import Hypothesis, Search, SourceBatch, build_search
 
 
@@ -36,7 +36,8 @@ def open_data_dir(data: str | None, source_lang: str | None, target_lang: str | 
     from nmt.data.dictionary import Dictionary
 
     src, tgt = resolve_langs(data, source_lang, target_lang)
-    folder = Path(data)  # type: ignore[arg-type]
+    assert data is not None  # resolve_langs refuses a missing folder
+    folder = Path(data)
     for lang in (src, tgt):
         if not (folder / f"dict.{lang}.txt").is_file():
             raise UsageError(f"{folder}: no dict.{lang}.txt; check --source-lang/--target-lang or re-run "
@@ -147,7 +148,7 @@ class Translator:
         """The longest source every model of the ensemble was built for."""
         return min(int(m.cfg.max_source_positions) for m in self.ens.models)
 
-    def check_source_lengths(self, lengths: Sequence[int], where: Callable[[int], str],
+    def check_source_lengths(self, lengths: Sequence[int] | np.ndarray, where: Callable[[int], str],
                              fix: str = "split the sentence") -> None:
         """Refuse a source longer than every model of the ensemble was built for (its
         ``model.max_source_positions``): searching it would cost memory quadratic in its length.

@@ -166,7 +166,8 @@ class Rows:
         return dict(encs=encs, states=states,
                     window=torch.cat([left(self.window, pad), left(other.window, pad)]),
                     scores=torch.cat([left(self.scores, 0.0), left(other.scores, 0.0)]),
-                    pads=torch.cat([self.pads + width - self.window.size(1), other.pads + width - other.window.size(1)]),
+                    pads=torch.cat([self.pads + width - self.window.size(1),
+                                    other.pads + width - other.window.size(1)]),
                     row_max=torch.cat([self.row_max, other.row_max]), attn=None)
 
     def extended_fields(self, rows: Optional[torch.Tensor], tokens: torch.Tensor, scores: torch.Tensor, drop: int,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 
@@ -230,7 +230,8 @@ def import_checkpoint(path: str | Path, data: str | Path, output: str | Path, *,
     history = fs_state.get("optimizer_history") or [{}]
     num_updates = int(history[-1].get("num_updates", 0) or 0)
     origin = {"toolkit": "fairseq", "path": str(path.resolve()), "num_updates": num_updates}
-    state = build_state(model=model, config={"model": dataclasses.asdict(model.cfg), "source_lang": src,
+    model_cfg = cast(ModelConfig, model.cfg)  # every model keeps its config; nn.Module's typing can't say so
+    state = build_state(model=model, config={"model": dataclasses.asdict(model_cfg), "source_lang": src,
                                              "target_lang": tgt},
                         epoch=0, num_updates=num_updates, dictionaries={"source": dicts[src], "target": tgt_dict},
                         extra={"imported_from": origin})

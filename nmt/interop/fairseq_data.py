@@ -96,10 +96,11 @@ class FairseqIndexedDataset:
             if count else np.zeros(0, np.int64)
         self.tokens = np.memmap(binf, dtype=self.dtype, mode="r") if binf.stat().st_size else np.zeros(0, self.dtype)
         item = self.dtype.itemsize
-        expected = np.concatenate([[0], np.cumsum(self.sizes[:-1], dtype=np.int64)]) * item if count else []
-        if count and (not np.array_equal(self.pointers, expected)
-                      or int(self.sizes.sum(dtype=np.int64)) != len(self.tokens)):
-            raise DataError(f"{self.prefix}: .idx pointers do not match the .bin (truncated or not contiguous)")
+        if count:
+            expected = np.concatenate([[0], np.cumsum(self.sizes[:-1], dtype=np.int64)]) * item
+            if (not np.array_equal(self.pointers, expected)
+                    or int(self.sizes.sum(dtype=np.int64)) != len(self.tokens)):
+                raise DataError(f"{self.prefix}: .idx pointers do not match the .bin (truncated or not contiguous)")
 
     def __len__(self) -> int:
         return len(self.sizes)

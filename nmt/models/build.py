@@ -5,7 +5,7 @@ projections inside the modules; embeddings normal(0, d^-0.5), pad row zero)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import torch
 from torch import nn
@@ -50,10 +50,10 @@ def _attention(group: dict[str, Any], site: str, dim: int, heads: int, dropout: 
 
 
 def _check_shared_dicts(src_dict: Any, tgt_dict: Any) -> None:
-    fp = [getattr(d, "fingerprint", None) for d in (src_dict, tgt_dict)]
+    fp_src, fp_tgt = (getattr(d, "fingerprint", None) for d in (src_dict, tgt_dict))
     same = len(src_dict) == len(tgt_dict) and src_dict.pad() == tgt_dict.pad()
-    if same and all(fp):
-        same = fp[0]() == fp[1]()
+    if same and fp_src and fp_tgt:
+        same = fp_src() == fp_tgt()
     if not same:
         raise ConfigError("--share-all-embeddings needs one joined dictionary for source and target, but they "
                           f"differ ({len(src_dict)} vs {len(tgt_dict)} symbols); re-run nmt-preprocess with "
@@ -75,8 +75,8 @@ def _check_shape(cfg: ModelConfig) -> None:
 def build_model(cfg: ModelConfig | dict[str, Any], src_dict: Any, tgt_dict: Any) -> nn.Module:
     """The model of ``cfg`` (a ModelConfig, a dict or an omegaconf node of its values), built by its
     ``--arch`` plugin. Dictionaries need ``len()`` and ``.pad()`` (and ``fingerprint()`` to be compared)."""
-    cfg = to_dataclass(ModelConfig, cfg)
-    return ARCH.build(cfg.arch["name"], cfg.arch).build_model(cfg, src_dict, tgt_dict)
+    model_cfg: ModelConfig = to_dataclass(ModelConfig, cfg)
+    return ARCH.build(model_cfg.arch["name"], model_cfg.arch).build_model(model_cfg, src_dict, tgt_dict)
 
 
 def build_transformer(cfg: ModelConfig, src_dict: Any, tgt_dict: Any) -> TransformerModel:
@@ -93,7 +93,7 @@ def build_transformer(cfg: ModelConfig, src_dict: Any, tgt_dict: Any) -> Transfo
     else:
         tgt_embed = new_embedding(len(tgt_dict), cfg.decoder_embed_dim, tgt_dict.pad())
     if cfg.share_all_embeddings or cfg.share_decoder_input_output_embed:
-        output_weight = tgt_embed.weight
+        output_weight = cast(nn.Parameter, tgt_embed.weight)  # an nn.Embedding's weight (typed as a Tensor)
     else:
         output_weight = nn.Parameter(torch.empty(len(tgt_dict), cfg.decoder_embed_dim))
         nn.init.normal_(output_weight, mean=0.0, std=cfg.decoder_embed_dim ** -0.5)
@@ -109,7 +109,8 @@ def build_transformer(cfg: ModelConfig, src_dict: Any, tgt_dict: Any) -> Transfo
     def final_norm(side: str) -> Optional[nn.LayerNorm]:
         return nn.LayerNorm(getattr(cfg, f"{side}_embed_dim")) if getattr(cfg, f"{side}_normalize_before") else None
 
-    eh, dh, ddim, p = cfg.encoder_attention_heads, cfg.decoder_attention_heads, cfg.decoder_embed_dim, cfg.attention_dropout
+    eh, dh, p = cfg.encoder_attention_heads, cfg.decoder_attention_heads, cfg.attention_dropout
+    ddim = cfg.decoder_embed_dim
     enc_layers = [
         EncoderLayer(_attention(attn["encoder"], "encoder", dim, eh, p, self_attention=True, causal=False),
                      ffn("encoder"), dim, cfg.dropout, cfg.encoder_normalize_before)

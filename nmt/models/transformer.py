@@ -69,7 +69,7 @@ class TransformerEncoder(nn.Module):
         signature; the padding mask is read from the tokens."""
         mask = padding_mask(src_tokens, self.pad)
         x = self.embedder(src_tokens)  # (B, S, C)
-        attn = [] if need_weights else None
+        attn: Optional[list[Tensor]] = [] if need_weights else None
         for layer in self.layers:
             x, w = layer(x, mask, need_weights)
             if attn is not None:

@@ -11,7 +11,7 @@ them into the figures a log line shows, so a criterion can log a figure of its o
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable, cast
 
 import torch
 from torch import nn
@@ -127,7 +127,8 @@ class Criterion(nn.Module):
             # The forward goes through ``model`` (DDP's hooks run); the projection is a plain call.
             features = model(**net_input, features_only=True)  # (B, T, C)
             features = features[0] if isinstance(features, tuple) else features
-            logits = inner.output_layer(features[mask])  # (N, V)
+            project = cast(Callable[[torch.Tensor], torch.Tensor], inner.output_layer)  # nn.Module cannot type it
+            logits = project(features[mask])  # (N, V)
         else:
             out = model(**net_input)
             logits = (out[0] if isinstance(out, tuple) else out)[mask]  # (N, V)

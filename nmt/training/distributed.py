@@ -64,7 +64,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn(worker: Callable[[Any], None], cfg: Any) -> None:
+def spawn(worker: Callable[[Any], object], cfg: Any) -> None:
     """Run ``worker(cfg)`` in ``--distributed-world-size`` local processes (rank i gets
     ``cfg.distributed_training.distributed_rank = i``)."""
     dcfg: DistributedTrainingConfig = cfg.distributed_training
@@ -77,7 +77,7 @@ def spawn(worker: Callable[[Any], None], cfg: Any) -> None:
                        "(its error is printed above)") from None
 
 
-def _spawned(index: int, worker: Callable[[Any], None], cfg: Any) -> None:
+def _spawned(index: int, worker: Callable[[Any], object], cfg: Any) -> None:
     cfg.distributed_training = replace(cfg.distributed_training, distributed_rank=index)
     try:
         worker(cfg)
@@ -97,6 +97,7 @@ def set_threads(cfg: DistributedTrainingConfig, local_world_size: int) -> None:
 
 def init(cfg: DistributedTrainingConfig) -> DistributedContext:
     """Join the process group (when there is more than one process) and return our place in it."""
+    init_method: str | None
     if under_torchrun():
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local_rank = int(os.environ.get("LOCAL_RANK", 0))

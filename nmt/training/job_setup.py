@@ -6,14 +6,12 @@ Kept apart from the epoch loop so that the loop reads as "train, validate, save,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from nmt.config.train import TaskConfig, TrainJob
 from nmt.data.batching import batch_by_size
 from nmt.data.data_dir import resolve_langs
 from nmt.data.epoch_iterator import EpochBatchIterator
-from nmt.errors import UsageError
 from nmt.training.distributed import DistributedContext
 
 

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import torch
 
 from nmt.config.fields import opt
-from nmt.errors import ConfigError
 from nmt.registry import register_criterion
 from nmt.training.criterion import Criterion, label_smoothed_nll_loss
 

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import torch
 
-from nmt.errors import ConfigError
 from nmt.registry import register_lr_scheduler
 from nmt.training.lr_scheduler import LRScheduler, WarmupConfig, linear_warmup, warmup_start_lr
 

@@ -15,6 +15,8 @@ from nmt.registry import NoOptions, register_positional
 class NoPositional(PositionalBase):
     """Adds nothing (zeros of the embedding size)."""
 
+    zero: Tensor  # a buffer
+
     def __init__(self, cfg: NoOptions, embed_dim: int, max_positions: int, option: str = "--max-source-positions"):
         super().__init__(cfg, embed_dim, max_positions, option)
         self.register_buffer("zero", torch.zeros(1, embed_dim), persistent=False)

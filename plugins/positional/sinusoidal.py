@@ -29,6 +29,7 @@ class SinusoidalPositional(PositionalBase):
     """Fixed sinusoids; the table grows on demand and is not saved in checkpoints."""
 
     first_position = 0  # the table row of position 0 (a subclass may number positions from elsewhere)
+    table: Tensor  # a buffer, not saved
 
     @staticmethod
     def make_table(length: int, dim: int, device: torch.device | None = None) -> Tensor:

@@ -20,8 +20,8 @@ from typing import Iterable, Iterator, Optional
 
 import torch
 
-from nmt.generation.ensemble import EnsembleModel
 from nmt.config.generate import GenerationConfig
+from nmt.generation.ensemble import EnsembleModel
 from nmt.generation.search import NEG_INF, Hypothesis, Rows, Search, SentenceQueue, SourceBatch, Specials
 from nmt.plugins.search.greedy import GreedySearch
 from nmt.registry import NoOptions, register_search
