@@ -13,6 +13,7 @@ from nmt.models import build_model
 from nmt.models.incremental_state import merge_incremental_states, new_incremental_state
 from nmt.plugin_loader import load_plugins
 from nmt.registry import ATTENTION
+from test_attention_plugins import inputs
 from test_generate_setup import call_cli, make_checkpoint, make_data_bin
 from train_toy_data import TINY_MODEL, call_train, make_toy_task, read_log, run_train
 
@@ -48,14 +49,6 @@ def naive_attend(attn, q, k, v, key_padding_mask, causal):
     weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)  # (B, H, T, S)
     out = (weights[..., None] * (v[:, :, None, :, :] + a_v)).sum(3)  # (B, H, T, D)
     return out, weights
-
-
-def inputs(b=2, n=11, dim=16, pad_from=7, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(b, n, dim, generator=g, dtype=torch.double)
-    mask = torch.zeros(b, n, dtype=torch.bool)
-    mask[0, pad_from:] = True
-    return x, mask
 
 
 @pytest.mark.parametrize("k", [1, 3, 20])  # 20: no distance of an 11-token input is clipped
