@@ -43,9 +43,13 @@ def test_tokenizer_from_user_dir(tmp_path):
                                                             "shout", "--keep-text", "--workers", "2")])
     _check_run(proc, dest, "shout")
     assert json.loads((dest / "metadata.json").read_text())["pipeline"]["user_dir"] == str(plugins.resolve())
-    # the stored pipeline finds the plugin again (generation time): user_dir is in metadata.json
+    # at generation time the data-bin names the folder but never imports it: the command's --user-dir does
     code = (f"from nmt.data.text_pipeline import load_text_pipeline\n"
             f"print(load_text_pipeline({str(dest)!r}, 'en').encode('a b'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and f"pass --user-dir {plugins.resolve()}" in out.stderr
+    assert "a data-bin never imports code" in out.stderr
+    code = f"from nmt.plugin_loader import load_plugins\nload_plugins({str(plugins)!r})\n" + code
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "A B", out.stderr
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from nmt.data.metadata import METADATA_FILE, read_metadata
-from nmt.errors import DataError
+from nmt.errors import ConfigError, DataError
 
 TEXT_PLUGIN_KINDS = ("tokenizers", "bpe")  # the built-in plugin folders text processing needs
 
@@ -101,19 +101,18 @@ def build_bpe(spec: dict[str, Any], codes_path: Path | None) -> BPE:
     return bpe
 
 
-def _load_recorded_user_dir(data_dir: str | Path, pipeline: dict[str, Any]) -> None:
-    """Import the --user-dir that nmt-preprocess ran with, when its plugins are not loaded yet."""
-    from nmt.plugin_loader import load_plugins
+def _check_recorded_user_dir(data_dir: str | Path, pipeline: dict[str, Any]) -> None:
+    """A data-bin whose tokenizer/BPE came from a --user-dir names that folder, but never imports it by
+    itself (a data-bin received from someone else must not run code): the command's own --user-dir does."""
     from nmt.registry import BPE as BPE_REGISTRY, TOKENIZER
 
     user_dir = pipeline.get("user_dir")
-    known = pipeline["tokenizer"]["name"] in TOKENIZER and pipeline["bpe"]["name"] in BPE_REGISTRY
-    if known or not user_dir:
-        return
-    if not Path(user_dir).is_dir():
-        raise DataError(f"{Path(data_dir) / METADATA_FILE}: its tokenizer/BPE plugins came from --user-dir "
-                        f"{user_dir}, which no longer exists; pass --user-dir with their new folder")
-    load_plugins(user_dir, TEXT_PLUGIN_KINDS)
+    missing = [pipeline[k]["name"] for k, reg in (("tokenizer", TOKENIZER), ("bpe", BPE_REGISTRY))
+               if pipeline[k]["name"] not in reg]
+    if missing and user_dir:
+        raise ConfigError(f"{Path(data_dir) / METADATA_FILE}: its tokenizer/BPE plugin {', '.join(missing)} came "
+                          f"from --user-dir {user_dir}; pass --user-dir {user_dir} (a data-bin never imports code "
+                          "by itself)")
 
 
 def load_text_pipeline(data_dir: str | Path, lang: str) -> TextPipeline:
@@ -125,7 +124,7 @@ def load_text_pipeline(data_dir: str | Path, lang: str) -> TextPipeline:
     if lang not in meta["langs"]:
         raise DataError(f"{data_dir}: holds languages {', '.join(meta['langs'])}, not {lang!r}")
     load_plugins(None, TEXT_PLUGIN_KINDS)
-    _load_recorded_user_dir(data_dir, pipeline)
+    _check_recorded_user_dir(data_dir, pipeline)
     codes = pipeline["bpe"].get("codes", {}).get(lang)
     return TextPipeline(build_tokenizer(pipeline["tokenizer"], lang),
                         build_bpe(pipeline["bpe"], codes_inside(data_dir, codes, lang) if codes else None))
