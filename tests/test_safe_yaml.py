@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nmt.config.safe_yaml import MAX_DEPTH, parse_yaml
+from nmt.config.safe_yaml import MAX_DEPTH, parse_yaml, shortened
 from nmt.errors import ConfigError
 from train_toy_data import TINY_MODEL, call_train, make_toy_task
 
@@ -60,11 +60,16 @@ def test_text_that_is_not_yaml_stays_a_yaml_error():
         parse_yaml("a: [", "--config c.yaml")
 
 
-def test_where_is_shortened_to_one_line():
+def test_an_override_is_quoted_shortened_and_a_config_path_whole(tmp_path):
+    """The override's text is shortened to one line; a --config path is never cut (CI's temp paths are long)."""
     with pytest.raises(ConfigError) as refused:
-        parse_yaml(BOMB_VALUE, f'override "common.seed={BOMB_VALUE}"\nsecond line')
+        parse_yaml(BOMB_VALUE, f'override "{shortened(f"common.seed={BOMB_VALUE}")}"')
     where = str(refused.value).split(": YAML")[0]
-    assert where.startswith('override "common.seed=[&l0 [lol') and where.endswith("...") and len(where) <= 80
+    assert where.startswith('override "common.seed=[&l0 [lol') and where.endswith('..."') and "\n" not in where
+    long_path = tmp_path / ("a-long-folder-name-" * 8) / "bomb.yaml"
+    with pytest.raises(ConfigError) as refused:
+        parse_yaml(BOMB_VALUE, f"--config {long_path}")
+    assert str(refused.value).startswith(f"--config {long_path}: ")
 
 
 def test_a_yaml_flag_value_is_bounded_too():

@@ -21,7 +21,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 
 from nmt.config.compat import MOVED_KEYS
 from nmt.config.fields import as_group, check_values, flag_of, inherited_group, literal
-from nmt.config.safe_yaml import VALUE_BYTES, parse_yaml
+from nmt.config.safe_yaml import VALUE_BYTES, parse_yaml, shortened
 from nmt.errors import ConfigError, UsageError
 from nmt.fileio import atomic_write_text
 from nmt.registry import REGISTRIES, did_you_mean
@@ -79,7 +79,7 @@ def parse_overrides(schema: type, overrides: list[str] | tuple[str, ...]) -> dic
                 raise ConfigError(f'override "{item}": no config key "{key}"{many}.{hint} '
                                   "List the keys with --help or see docs/configuration.md")
         try:
-            value = parse_yaml(raw, f'override "{item}"', VALUE_BYTES) if raw != "" else ""
+            value = parse_yaml(raw, f'override "{shortened(item)}"', VALUE_BYTES) if raw != "" else ""
         except yaml.YAMLError:
             value = raw
         out[key] = value

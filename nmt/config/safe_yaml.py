@@ -65,18 +65,18 @@ class _BoundedLoader(yaml.SafeLoader):
         return self.sizes[id(node)]
 
 
-def _one_line(where: str, limit: int = 80) -> str:
-    where = " ".join(where.split())
-    return where if len(where) <= limit else where[: limit - 3] + "..."
+def shortened(text: str, limit: int = 60) -> str:
+    """``text`` on one line and at most ``limit`` characters, for quoting a value (an override) in an error."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def parse_yaml(text: str, where: str, max_bytes: int = FILE_BYTES) -> Any:
     """``text`` as ``yaml.safe_load`` reads it, within the bounds above.
 
-    ``where`` names the source in the error (``--config FILE``, ``override "k=v"``, a flag); it is
-    shortened to one line. Past a bound: ``ConfigError``. Text that is not YAML: ``yaml.YAMLError``,
+    ``where`` names the source in the error (``--config FILE``, ``override "k=v"`` with the value
+    :func:`shortened`, a flag). Past a bound: ``ConfigError``. Text that is not YAML: ``yaml.YAMLError``,
     as from ``safe_load``, so callers keep their own fallback (an override that is not YAML is a string)."""
-    where = _one_line(where)
     size = len(text.encode("utf-8", errors="surrogatepass"))
     if size > max_bytes:
         raise ConfigError(f"{where}: {size:,} bytes of YAML, more than the {max_bytes:,} allowed; "
