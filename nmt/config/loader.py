@@ -10,6 +10,7 @@ every plugin group is completed with that plugin's own defaults.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import typing
 from pathlib import Path
@@ -20,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from nmt.config.compat import MOVED_KEYS
-from nmt.config.fields import as_group, check_values, flag_of, inherited_group, literal
+from nmt.config.fields import as_group, check_values, flag_of, inherited_group
 from nmt.config.safe_yaml import VALUE_BYTES, parse_yaml, shortened
 from nmt.errors import ConfigError, UsageError
 from nmt.fileio import atomic_write_text
@@ -133,7 +134,7 @@ def _shorthand(schema: type, where: str, layer: dict[str, Any]) -> dict[str, Any
     """A plugin group given as a bare name (``model.attention=restricted``, ``arch: transformer_tiny``
     in YAML) means ``{"name": ...}``; ``${...}`` is refused."""
     _refuse_interpolation(where, layer)
-    layer = literal(layer)  # a copy; escapes nothing left, but keeps the layer ours to change
+    layer = copy.deepcopy(layer)  # the caller's dict stays as it was
     for path in _plugin_group_fields(schema):
         *parents, last = path.split(".")
         node: Any = layer
@@ -191,18 +192,18 @@ def _complete_plugin_groups(schema: type, cfg: DictConfig) -> None:
         if path in inheriting:
             shared = _plain_group(cfg, path.rsplit(".", 1)[0] + "." + f.metadata["inherit"]
                                   if "." in path else f.metadata["inherit"])
+        inherits = shared is not None and node.get("name") is None
+        effective = node
         if shared is not None and node.get("name") in (None, shared.get("name")):
-            effective, filled = inherited_group(node, shared), node
-        else:
-            effective = filled = node
+            effective = inherited_group(node, shared)
         name: Any = effective.get("name")  # as given: the registry's error names a wrong one
         sites = [g.metadata["option_prefix"] for p, g in inheriting.items()
                  if g.metadata["inherit"] == f.name and p.rsplit(".", 1)[0] == path.rsplit(".", 1)[0]]
         _check_option_names(kind, name, effective, f, path, sites)
         options = dataclasses.asdict(REGISTRIES[kind].options(name, effective, flag=flag_of(f), where=path + ".",
                                                                flag_prefix=f.metadata.get("option_prefix", "")))
-        if filled is node and shared is not None and node.get("name") is None:
-            continue  # inherits: keep only the options given for it
+        if inherits:
+            continue  # keep only the options given for it: the rest comes from the group it inherits
         OmegaConf.update(cfg, path, {"name": name, **options}, merge=False)
 
 
