@@ -67,13 +67,14 @@ def run(cfg: GenerateJob) -> None:
     from nmt.data.language_pair_dataset import load_language_pair
     from nmt.data.text_pipeline import load_text_pipeline
     from nmt.generation.attention_plot import plot_cross_attention
-    from nmt.generation.inference import make_translator, open_data_dir
+    from nmt.generation.inference import make_translator, open_data_dir, refuse_model_folder_as_data
     from nmt.generation.output import corpus_bleu, hypothesis_lines
 
     wall = time.perf_counter()
     torch.manual_seed(cfg.common.seed)
     if not cfg.data:
         raise UsageError("DATA is required: the data-bin folder written by nmt-preprocess")
+    refuse_model_folder_as_data(cfg.data, cfg.gen_subset)
     data = open_data_dir(cfg.data, cfg.source_lang, cfg.target_lang)
     dataset = load_language_pair(cfg.data, cfg.gen_subset, data.src, data.tgt)
     detok = load_text_pipeline(cfg.data, data.tgt).decode

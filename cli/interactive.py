@@ -1,4 +1,5 @@
-"""Translate raw sentences, one per line, from stdin or --input (nmt-interactive DATA --path CKPT).
+"""Translate raw sentences, one per line, from stdin or --input (nmt-interactive MODEL_DIR, or
+nmt-interactive DATA --path CKPT).
 
 Each line goes through the data-bin's tokenizer and BPE, is translated in buffered batches, and
 comes out detokenized, one line per input line in input order."""
@@ -30,12 +31,14 @@ def _buffered(lines: Iterator[str], size: int) -> Iterator[list[str]]:
 
 def run(cfg: InteractiveJob) -> None:
     from nmt.data.text_pipeline import load_text_pipeline
-    from nmt.generation.inference import make_translator, open_data_dir, pad_batch
+    from nmt.generation.inference import make_translator, model_and_data, open_data_dir, pad_batch
     from nmt.generation.output import hypothesis_lines
 
     torch.manual_seed(cfg.common.seed)
+    cfg.data, cfg.inference.path = model_and_data(cfg.data, cfg.inference.path)
     if not cfg.data:
-        raise UsageError("DATA is required: the data-bin folder whose dictionaries, tokenizer and BPE to use")
+        raise UsageError("DATA is required: a model folder (nmt-export), or the data-bin folder whose "
+                         "dictionaries, tokenizer and BPE to use with --path CKPT")
     if cfg.input != "-" and not Path(cfg.input).is_file():
         raise DataError(f"--input {cfg.input}: no such file; give a file of raw sentences, one per line, "
                         "or - to read stdin")

@@ -26,10 +26,14 @@ from nmt.config.validate import ValidateJob
 def checkpoint_criterion(path: str, padding_idx: int) -> Any:
     """The criterion the checkpoint was trained with (from its stored config)."""
     from nmt.checkpoint.format import load_checkpoint
+    from nmt.model_folder.layout import is_model_folder, read_manifest
     from nmt.training.criterion import build_criterion
 
-    config = load_checkpoint(path).get("config") or {}
-    group = config.get("criterion") or {"name": "label_smoothed_cross_entropy"}
+    if is_model_folder(path):
+        group = read_manifest(path).get("criterion")
+    else:
+        group = (load_checkpoint(path).get("config") or {}).get("criterion")
+    group = group or {"name": "label_smoothed_cross_entropy"}
     return build_criterion(dict(group), padding_idx)
 
 
@@ -88,7 +92,7 @@ def figures_line(subset: str, stats: dict[str, Any], path: str) -> str:
 def run(cfg: ValidateJob) -> None:
     from nmt.data.language_pair_dataset import load_language_pair
     from nmt.errors import UsageError
-    from nmt.generation.inference import checkpoint_paths, load_model, open_data_dir
+    from nmt.generation.inference import checkpoint_paths, load_model, open_data_dir, refuse_model_folder_as_data
 
     if not cfg.data:
         raise UsageError("DATA is required: the data-bin folder written by nmt-preprocess, "
@@ -96,6 +100,7 @@ def run(cfg: ValidateJob) -> None:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.common.seed)
+    refuse_model_folder_as_data(cfg.data, cfg.valid_subset)
     data = open_data_dir(cfg.data, cfg.source_lang, cfg.target_lang)
     subsets = [s for s in cfg.valid_subset.split(",") if s]
     datasets = {s: load_language_pair(cfg.data, s, data.src, data.tgt) for s in subsets}

@@ -16,7 +16,8 @@ class ValidateJob:
     common: CommonConfig = field(default_factory=CommonConfig)
     data: Optional[str] = opt(None, "The data-bin folder written by nmt-preprocess (the positional DATA argument).",
                               cli=False)
-    path: Optional[str] = opt(None, "Checkpoint(s) to score, joined by ':' (each is scored on its own).")
+    path: Optional[str] = opt(None, "Checkpoint(s) or model folder(s) to score, joined by ':' (each is scored "
+                                    "on its own).")
     valid_subset: str = opt("valid", "The split(s) to score, comma separated.")
     source_lang: Optional[str] = opt(None, "Source language [default: read from the data-bin].")
     target_lang: Optional[str] = opt(None, "Target language [default: read from the data-bin].")

@@ -74,7 +74,7 @@ def _check_same_model(first: dict[str, Any], first_path: Path, state: dict[str, 
                                   f"{tuple(pb[name].shape)} vs {tuple(tensor.shape)}")
 
 
-def _tied_names(weights: dict[str, torch.Tensor]) -> dict[str, str]:
+def tied_names(weights: dict[str, torch.Tensor]) -> dict[str, str]:
     """name -> the first name holding the same tensor (tied embeddings are stored once per name)."""
     first_of: dict[tuple, str] = {}
     return {name: first_of.setdefault((t.data_ptr(), tuple(t.shape), t.stride(), t.dtype), name)
@@ -90,7 +90,7 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     if not files:
         raise UsageError("--inputs: no checkpoints to average")
     first = load_checkpoint(files[0])
-    canonical = _tied_names(first["model"])
+    canonical = tied_names(first["model"])
     sums: dict[str, torch.Tensor] = {}
     for name in set(canonical.values()):
         t = first["model"][name]

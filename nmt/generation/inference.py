@@ -48,12 +48,33 @@ def open_data_dir(data: str | None, source_lang: str | None, target_lang: str | 
 
 
 def checkpoint_paths(spec: str | None) -> list[str]:
-    """``--path a.pt:b.pt`` -> ["a.pt", "b.pt"]."""
+    """``--path a.pt:b.pt`` -> ["a.pt", "b.pt"] (each a checkpoint or a model folder)."""
     paths = [p for p in (spec or "").split(":") if p]
     if not paths:
-        raise UsageError("--path is required: the checkpoint to translate with (several joined by ':' "
-                         "form an ensemble), e.g. --path checkpoints/checkpoint_best.pt")
+        raise UsageError("--path is required: the checkpoint or model folder to translate with (several joined "
+                         "by ':' form an ensemble), e.g. --path checkpoints/checkpoint_best.pt")
     return paths
+
+
+def model_and_data(data: str | None, path: str | None) -> tuple[str | None, str | None]:
+    """(DATA, --path) with a model folder standing in for what is missing: ``CMD MODEL_DIR`` translates
+    with the folder's model, ``CMD --path MODEL_DIR`` reads the folder's dictionaries and text pipeline."""
+    from nmt.model_folder.layout import is_model_folder
+
+    if not path and is_model_folder(data):
+        return data, data
+    if not data and path and ":" not in path and is_model_folder(path):
+        return path, path
+    return data, path
+
+
+def refuse_model_folder_as_data(data: str, splits: str) -> None:
+    """A model folder holds no splits: generating or scoring needs the data-bin beside it."""
+    from nmt.model_folder.layout import is_model_folder
+
+    if is_model_folder(data):
+        raise UsageError(f"DATA {data} is a model folder, which holds no splits ({splits}); give the data-bin "
+                         f"that holds them and the folder as --path: DATA_BIN --path {data}")
 
 
 def load_model(path: str, src_dict: Any, tgt_dict: Any) -> torch.nn.Module:
@@ -63,13 +84,16 @@ def load_model(path: str, src_dict: Any, tgt_dict: Any) -> torch.nn.Module:
     from nmt.checkpoint.format import load_model_for_inference
     from nmt.checkpoint.model_fit import build_model_from_weights
     from nmt.checkpoint.verify import check_dictionaries
+    from nmt.model_folder.layout import is_model_folder, load_model_folder
 
-    model_cfg, weights, fingerprints = load_model_for_inference(path)
+    folder = is_model_folder(path)
+    model_cfg, weights, fingerprints = load_model_folder(path) if folder else load_model_for_inference(path)
     check_dictionaries({"dictionaries": fingerprints}, path, {"source": src_dict, "target": tgt_dict})
-    model = build_model_from_weights(model_cfg, weights, src_dict, tgt_dict,
-                                     source=f"checkpoint {path}", what="model config",
-                                     fix="the file is damaged or its config was edited; use the checkpoint as "
-                                         "nmt-train wrote it")
+    source = f"model folder {path}" if folder else f"checkpoint {path}"
+    fix = ("export the model again with nmt-export" if folder
+           else "the file is damaged or its config was edited; use the checkpoint as nmt-train wrote it")
+    model = build_model_from_weights(model_cfg, weights, src_dict, tgt_dict, source=source, what="model config",
+                                     fix=fix)
     return model.eval()
 
 
@@ -162,18 +186,27 @@ class Translator:
 
 
 def make_translator(gen: GenerationConfig, inf: InferenceConfig, data: DataDir, seed: int) -> Translator:
+    ens = load_inference_models(inf, data)
+    return Translator(ens, search_for(gen, ens, data, seed))
+
+
+def load_inference_models(inf: InferenceConfig, data: DataDir) -> EnsembleModel:
+    """The models of ``--path`` as an ensemble ready to decode (threads set, --bf16 applied)."""
     from nmt.allocator import keep_freed_memory
 
-    check_beam_fits_vocabulary(gen.beam, data.tgt_dict, str(data.path / f"dict.{data.tgt}.txt"))
     keep_freed_memory()
     if inf.threads:
         torch.set_num_threads(inf.threads)
     ens = load_ensemble(inf.path, data.src_dict, data.tgt_dict)
-    if inf.bf16:
-        to_bf16(ens)
+    return to_bf16(ens) if inf.bf16 else ens
+
+
+def search_for(gen: GenerationConfig, ens: EnsembleModel, data: DataDir, seed: int) -> Search:
+    """The search ``gen`` configures, for these models (their decoder start, their longest output)."""
+    check_beam_fits_vocabulary(gen.beam, data.tgt_dict, str(data.path / f"dict.{data.tgt}.txt"))
     start = decoder_start(ens, data.tgt_dict)
     gen = within_positions(gen, ens.max_target_positions())
-    return Translator(ens, build_search(gen, data.tgt_dict, seed=seed, decoder_start=start))
+    return build_search(gen, data.tgt_dict, seed=seed, decoder_start=start)
 
 
 def decoder_start(ens: EnsembleModel, tgt_dict: Any) -> int | None:

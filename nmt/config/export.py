@@ -1,0 +1,35 @@
+"""The configuration of `nmt-export`: a trained model as a self-contained folder (nmt's own, or CTranslate2's)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from nmt.config.common import CommonConfig
+from nmt.config.fields import opt
+
+
+@dataclass
+class ExportJob:
+    """`nmt-export DATA --path CKPT --output MODEL_DIR`: checkpoint(s) + data-bin -> one model folder."""
+
+    common: CommonConfig = field(default_factory=CommonConfig)
+    data: Optional[str] = opt(None, "The data-bin the model was trained on (its dictionaries, tokenizer and BPE "
+                                    "codes go into the folder); not needed when --path is a model folder.", cli=False)
+    path: Optional[str] = opt(None, "Checkpoint(s) to export; several joined by ':' are averaged first "
+                                    "(--format ctranslate2 also takes a model folder).")
+    output: Optional[str] = opt(None, "The model folder to write (it must not exist, or be empty, unless --force).")
+    format: str = opt("nmt", "nmt: safetensors weights + config + dictionaries + text pipeline + model card, read "
+                             "by nmt.load, nmt-serve, nmt-generate/-interactive/-validate --path; ctranslate2: a "
+                             "folder ctranslate2.Translator loads (needs pip install 'nmt[ctranslate2]').",
+                      choices=["nmt", "ctranslate2"])
+    bf16: bool = opt(False, "Store the weights in bfloat16 (half the size; loaded back as float32).")
+    quantization: Optional[str] = opt(None, "--format ctranslate2: the weights' type in the CTranslate2 model "
+                                            "[default: float32].",
+                                      choices=["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
+                                               "float16", "bfloat16", "float32"])
+    scores: Optional[str] = opt(None, "An nmt-generate output (stdout, or generate-test.txt from --results-path): "
+                                      "its BLEU and sacreBLEU signature go into the model card.")
+    force: bool = opt(False, "Replace an existing --output folder (only once the new one is complete).")
+    source_lang: Optional[str] = opt(None, "Source language [default: read from the data-bin].")
+    target_lang: Optional[str] = opt(None, "Target language [default: read from the data-bin].")

@@ -1,0 +1,68 @@
+"""The model card (README.md) of a model folder: what the model translates, how big it is, what it was
+trained on, how well it scored, and how to use it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _size(parameters: int) -> str:
+    return f"{parameters / 1e6:.1f}M" if parameters >= 1e6 else f"{parameters:,}"
+
+
+def model_card(manifest: dict[str, Any], metadata: dict[str, Any]) -> str:
+    """README.md text for a model folder from its manifest and its (split-less) metadata.json."""
+    src, tgt = manifest["source_lang"], manifest["target_lang"]
+    cfg = manifest["model_config"]
+    arch = cfg.get("arch")
+    arch_name = arch.get("name") if isinstance(arch, dict) else arch
+    training = manifest.get("training") or {}
+    pipeline = metadata.get("pipeline") or {}
+    lines = [
+        f"# {src} -> {tgt} translation model (nmt)",
+        "",
+        f"- **Languages**: {src} -> {tgt}",
+        f"- **Architecture**: {arch_name}, {cfg.get('encoder_layers')}+{cfg.get('decoder_layers')} layers, "
+        f"d_model {cfg.get('encoder_embed_dim')}, FFN {cfg.get('encoder_ffn_embed_dim')}, "
+        f"{cfg.get('encoder_attention_heads')} heads",
+        f"- **Parameters**: {_size(int(manifest['parameters']))} ({int(manifest['parameters']):,})",
+        f"- **Weights**: {manifest['weights']['file']} ({manifest['weights']['dtype']}, sha256 "
+        f"{manifest['weights']['sha256'][:16]}...)",
+        f"- **Text pipeline**: tokenizer {pipeline.get('tokenizer', {}).get('name')}, subwords "
+        f"{pipeline.get('bpe', {}).get('name')}",
+    ]
+    data = f"- **Training data**: data-bin {training.get('data')}"
+    if training.get("sentences"):
+        data += f", {int(training['sentences']):,} sentence pairs"
+    if training.get("num_updates") is not None:
+        data += f"; {training['num_updates']} updates, epoch {training.get('epoch')}"
+    lines.append(data)
+    if len(manifest.get("exported_from") or []) > 1:
+        lines.append(f"- **Checkpoints averaged**: {len(manifest['exported_from'])}")
+    scores = manifest.get("scores")
+    if scores:
+        lines.append(f"- **{scores.get('split')} BLEU** (beam {scores.get('beam')}, detokenized sacreBLEU): "
+                     f"{scores['bleu']}")
+        if scores.get("signature"):
+            lines.append(f"- **sacreBLEU signature**: `{scores['signature']}`")
+    else:
+        lines.append("- **Test BLEU**: not given (pass nmt-generate's output to nmt-export --scores)")
+    lines += [
+        "",
+        "## Use",
+        "",
+        "```python",
+        "import nmt",
+        "model = nmt.load(\"THIS_FOLDER\")",
+        "print(model.translate([\"A sentence to translate.\"], beam=5))",
+        "```",
+        "",
+        "```bash",
+        "nmt-interactive THIS_FOLDER          # raw sentences on stdin",
+        "nmt-serve THIS_FOLDER --port 5000    # HTTP server and a page at http://127.0.0.1:5000/",
+        "```",
+        "",
+        "The weights are safetensors; loading this folder never unpickles anything.",
+        "",
+    ]
+    return "\n".join(lines)

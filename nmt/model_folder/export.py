@@ -1,0 +1,167 @@
+"""Write a model folder from checkpoint(s) and the data-bin they were trained on (nmt-export)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import torch
+
+from nmt.errors import UsageError
+from nmt.model_folder.layout import CARD, FOLDER_FORMAT, FOLDER_VERSION, MANIFEST, WEIGHTS, sha256_of
+
+MODEL_PLUGIN_KINDS = ("arch", "attention", "positional", "criterion")  # what loading and scoring the model need
+_BLEU_LINE = re.compile(r"^Generate (\S+) with beam=(\d+): (BLEU = .*)$")
+_SIGNATURE_LINE = re.compile(r"^sacreBLEU signature: (\S+)")
+
+
+def read_scores(path: str) -> dict[str, Any]:
+    """The test BLEU and sacreBLEU signature from an nmt-generate output file (``--scores``)."""
+    from nmt.data.corpus_files import read_lines
+
+    if not Path(path).is_file():
+        raise UsageError(f"--scores {path}: no such file; give the output of nmt-generate (its BLEU and "
+                         "sacreBLEU signature lines go into the model card)")
+    found: dict[str, Any] = {}
+    for line in read_lines(path):
+        if (m := _BLEU_LINE.match(line)) is not None:
+            found.update(split=m.group(1), beam=int(m.group(2)), bleu=m.group(3))
+        elif (m := _SIGNATURE_LINE.match(line)) is not None:
+            found["signature"] = m.group(1)
+    if "bleu" not in found:
+        raise UsageError(f"--scores {path}: no \"Generate SPLIT with beam=N: BLEU = ...\" line; give the output "
+                         "of nmt-generate (stdout, or generate-SPLIT.txt from --results-path)")
+    return found
+
+
+def _checkpoint_state(paths: Sequence[str]) -> dict[str, Any]:
+    """One checkpoint's state, or the average of several (as nmt-average-checkpoints computes it)."""
+    from nmt.checkpoint.format import load_checkpoint
+    from nmt.generation.averaging import average_checkpoints
+
+    return load_checkpoint(paths[0]) if len(paths) == 1 else average_checkpoints(paths)
+
+
+def _stored_tensors(weights: dict[str, torch.Tensor], bf16: bool) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors to write, each tied group once (safetensors stores no shared memory), and
+    name -> first name for the tied ones."""
+    from nmt.generation.averaging import tied_names
+
+    first_of = tied_names(weights)
+    stored = {}
+    for name, t in weights.items():
+        if first_of[name] == name:
+            t = t.detach().to("cpu")
+            stored[name] = (t.to(torch.bfloat16) if bf16 and t.is_floating_point() else t).contiguous().clone()
+    return stored, {name: first for name, first in first_of.items() if first != name}
+
+
+def _data_bin_files(data_dir: Path, src: str, tgt: str) -> tuple[dict[str, Any], list[str]]:
+    """The data-bin's metadata.json without its splits, and the files to copy (dictionaries, BPE codes)."""
+    from nmt.data.metadata import read_metadata
+    from nmt.data.text_pipeline import codes_inside
+
+    meta = read_metadata(data_dir)
+    langs = list(dict.fromkeys([src, tgt]))
+    pipeline = meta["pipeline"]
+    codes = {lang: name for lang, name in pipeline["bpe"].get("codes", {}).items() if lang in langs}
+    files = [f"dict.{lang}.txt" for lang in langs]
+    for lang, name in codes.items():
+        codes_inside(data_dir, name, lang)  # refuses codes outside the data-bin
+        files.append(name)
+    kept = {key: value for key, value in meta.items() if key not in ("splits", "raw_text", "job_fingerprint")}
+    kept.update(langs=langs, splits={}, dictionaries={k: v for k, v in meta["dictionaries"].items() if k in langs},
+                trained_on=str(data_dir.name), training_splits=meta["splits"])
+    if codes:
+        kept["pipeline"] = {**pipeline, "bpe": {**pipeline["bpe"], "codes": codes}}
+    return kept, list(dict.fromkeys(files))
+
+
+@contextlib.contextmanager
+def _folder_in_place(output: Path, force: bool) -> Iterator[Path]:
+    """A temporary sibling of ``output`` to fill; renamed to ``output`` only when the block succeeds (an
+    existing ``output`` is replaced only with ``force``). Nothing is left behind on failure."""
+    if output.exists() and not output.is_dir():
+        raise UsageError(f"--output {output} is a file; give a new folder name")
+    if output.is_dir() and any(output.iterdir()) and not force:
+        raise UsageError(f"--output {output} exists and is not empty; give a new folder, or pass --force to "
+                         "replace it")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        yield tmp
+        for item in [tmp, *tmp.iterdir()]:  # mkdtemp and safetensors make owner-only modes: give the usual ones
+            item.chmod((0o777 if item.is_dir() else 0o666) & ~umask)
+        if output.exists():
+            old = output.with_name(f".{output.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            output.rename(old)
+            tmp.rename(output)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(output)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def export_model_folder(paths: Sequence[str], data_dir: str | Path, output: str | Path, *, bf16: bool = False,
+                        scores: str | None = None, force: bool = False, source_lang: str | None = None,
+                        target_lang: str | None = None) -> Path:
+    """Write the model folder of checkpoint(s) ``paths`` (several are averaged) trained on ``data_dir``."""
+    from nmt.checkpoint.model_fit import build_model_from_weights
+    from nmt.checkpoint.verify import check_dictionaries
+    from nmt.generation.inference import open_data_dir
+    from nmt.model_folder.card import model_card
+
+    output, data_dir = Path(output), Path(data_dir)
+    found = read_scores(scores) if scores else None
+    data = open_data_dir(str(data_dir), source_lang, target_lang)
+    state = _checkpoint_state(paths)
+    check_dictionaries(state, paths[0], {"source": data.src_dict, "target": data.tgt_dict})
+    model_cfg = state.get("model_config") or (state.get("config") or {}).get("model") or {}
+    model = build_model_from_weights(model_cfg, state["model"], data.src_dict, data.tgt_dict,
+                                     source=f"checkpoint {paths[0]}", what="model config",
+                                     fix="use the checkpoint as nmt-train wrote it")
+    stored, tied = _stored_tensors(model.state_dict(), bf16)
+    metadata, files = _data_bin_files(data_dir, data.src, data.tgt)
+    config = state.get("config") or {}
+    training = state.get("training") or {}
+    manifest = {
+        "format": FOLDER_FORMAT,
+        "format_version": FOLDER_VERSION,
+        "nmt_version": state.get("nmt_version"),
+        "source_lang": data.src,
+        "target_lang": data.tgt,
+        "model_config": state.get("model_config") or config.get("model"),
+        "criterion": config.get("criterion"),
+        "plugins": [r for r in state.get("plugins") or [] if r.get("kind") in MODEL_PLUGIN_KINDS],
+        "user_dir": state.get("user_dir"),
+        "dictionaries": dict(state.get("dictionaries") or {}),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "weights": {"file": WEIGHTS, "dtype": "bfloat16" if bf16 else "float32", "tied": tied},
+        "exported_from": [str(p) for p in paths],
+        "training": {"data": data_dir.name, "epoch": training.get("epoch"), "num_updates": training.get("num_updates"),
+                     "sentences": ((metadata["training_splits"].get("train") or {}).get(data.src) or {})
+                     .get("sentences")},
+        "scores": found,
+    }
+    from safetensors.torch import save_file
+
+    with _folder_in_place(output, force) as tmp:
+        save_file(stored, str(tmp / WEIGHTS), metadata={"format": FOLDER_FORMAT})
+        manifest["weights"].update(bytes=(tmp / WEIGHTS).stat().st_size, sha256=sha256_of(tmp / WEIGHTS))
+        for name in files:
+            shutil.copyfile(data_dir / name, tmp / name)
+        (tmp / "metadata.json").write_text(json.dumps(metadata, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (tmp / CARD).write_text(model_card(manifest, metadata), encoding="utf-8")
+    return output

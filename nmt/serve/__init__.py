@@ -1,0 +1,1 @@
+"""nmt-serve: the translation server (FastAPI + uvicorn), its dynamic batching and its page."""
