@@ -2,6 +2,7 @@
 
 from typing import Any
 
+
 def __getattr__(name: str) -> Any:  # nmt.load / nmt.TranslationModel without importing torch on `import nmt`
     if name in ("load", "TranslationModel", "Translation", "TranslatedHypothesis"):
         from nmt import api

@@ -42,7 +42,8 @@ class InferenceConfig:
     """The models and how the work is run."""
 
     path: Optional[str] = opt(None, "Checkpoint(s) or model folder(s) (nmt-export) to translate with; several "
-                                    "joined by ':' form an ensemble (their log-probabilities are averaged).", group="inference")
+                                    "joined by ':' form an ensemble (their log-probabilities are averaged).",
+                              group="inference")
     bf16: bool = opt(False, "Run the models in bfloat16 (weights cast once; log-probabilities stay fp32). Faster on "
                                 "CPUs with bf16 support and on GPUs; hypotheses may differ slightly from fp32.",
                      group="inference")
