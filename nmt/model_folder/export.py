@@ -135,7 +135,7 @@ def export_model_folder(paths: Sequence[str], data_dir: str | Path, output: str 
     metadata, files = _data_bin_files(data_dir, data.src, data.tgt)
     config = state.get("config") or {}
     training = state.get("training") or {}
-    manifest = {
+    manifest: dict[str, Any] = {
         "format": FOLDER_FORMAT,
         "format_version": FOLDER_VERSION,
         "nmt_version": state.get("nmt_version"),
