@@ -1,0 +1,82 @@
+"""Serve a model over HTTP (nmt-serve MODEL_DIR [--host 127.0.0.1] [--port 5000]): OpenNMT-py's
+POST /translate, nmt's POST /v1/translate, GET /health, GET /models, OpenAPI docs at /docs, and a page
+at / that translates and draws the encoder-decoder attention. Concurrent requests are batched together.
+SIGTERM or Ctrl-C lets in-flight requests finish, then exits 0."""
+
+from __future__ import annotations
+
+import errno
+import signal
+import socket
+from typing import Any
+
+import click
+
+from nmt.cli.common import config_command
+from nmt.config.serve import ServeJob
+from nmt.errors import UsageError
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening TCP socket (port 0: a free one); a busy or foreign address is one line."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        raise UsageError(f"--host {host}: not an address of this machine; use 127.0.0.1 or 0.0.0.0") from None
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise UsageError(f"--port {port}: already in use on {host}; stop the other server or pick another "
+                             "port (--port 0 picks a free one)") from None
+        raise UsageError(f"--host {host} --port {port}: cannot listen there ({e.strerror})") from None
+    sock.listen(2048)
+    return sock
+
+
+def run(cfg: ServeJob) -> None:
+    import uvicorn
+
+    from nmt.api import load
+    from nmt.generation.inference import model_and_data
+    from nmt.serve.app import TranslationService, build_app
+    from nmt.serve.batcher import DynamicBatcher
+
+    data, path = model_and_data(cfg.data, cfg.inference.path)
+    if not data or not path:
+        raise UsageError("MODEL_DIR is required: a model folder written by nmt-export (or DATA --path CKPT)")
+    sock = listening_socket(cfg.host, cfg.port)
+    model = load(path, data, bf16=cfg.inference.bf16, threads=cfg.inference.threads, seed=cfg.common.seed)
+    batcher = DynamicBatcher(model, max_tokens=cfg.inference.max_tokens or 8192,
+                             max_sentences=cfg.inference.batch_size or 128,
+                             wait_seconds=cfg.batch_wait_ms / 1000, max_queue=cfg.max_queue)
+    service = TranslationService(model, batcher, cfg)
+    service.search({})  # the default search is checked before the first request
+    app = build_app(service)
+    host, port = sock.getsockname()[:2]
+    root = "/" + cfg.url_root.strip("/") if cfg.url_root.strip("/") else ""
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"nmt-serve: {model.source_lang}->{model.target_lang} model {path} on http://{shown}:{port}{root}/ "
+               f"(POST {root}/translate, POST {root}/v1/translate, docs at {root}/docs)", err=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                                           timeout_graceful_shutdown=int(cfg.drain_seconds)))
+    # uvicorn drains on SIGTERM/SIGINT, then raises the signal again for the handler it found installed: a
+    # handler that only returns makes that a clean exit (0) instead of a death by signal
+    previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        server.run(sockets=[sock])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    click.echo(f"nmt-serve: stopped after {batcher.stats.sentences} sentences", err=True)
+
+
+def _stopped(signum: int, frame: Any) -> None:
+    """The signal was handled (uvicorn drained the requests); nothing more to do."""
+
+
+main = config_command("nmt-serve", ServeJob, run, help=__doc__, arguments={"data": "data"})

@@ -1,0 +1,37 @@
+"""The configuration of `nmt-serve`: the model, its default search, the HTTP side, batching and limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nmt.config.fields import opt
+from nmt.config.generate import TranslateJob
+
+SERVE = "server"
+
+
+@dataclass
+class ServeJob(TranslateJob):
+    """`nmt-serve MODEL_DIR`: translate over HTTP (OpenNMT-py's /translate and a native API), with a page at /.
+
+    The generation flags (--beam, --lenpen, ...) are the defaults of every request; a native request may
+    set its own beam and n-best. --max-tokens / --batch-size bound the batches formed from concurrent
+    requests."""
+
+    host: str = opt("127.0.0.1", "Address to listen on (0.0.0.0: every interface).", group=SERVE)
+    port: int = opt(5000, "TCP port to listen on (0: any free port, printed at start).", low=0, high=65535,
+                    group=SERVE)
+    url_root: str = opt("", "Path prefix of every route, e.g. /translator for OpenNMT-py's paths "
+                            "(/translator/translate).", group=SERVE)
+    model_id: int = opt(100, "The model id OpenNMT-py clients send with each sentence (\"id\"); another id is a "
+                             "404.", group=SERVE)
+    batch_wait_ms: float = opt(5.0, "How long the first waiting sentence waits for others to share its batch.",
+                               low=0, high=10000, group=SERVE)
+    max_queue: int = opt(2048, "Sentences waiting to be translated at most; beyond, requests get 503 with "
+                               "Retry-After.", low=1, group=SERVE)
+    max_request_sentences: int = opt(256, "Sentences per request at most (413 beyond).", low=1, group=SERVE)
+    max_sentence_chars: int = opt(4000, "Characters per sentence at most (413 beyond).", low=1, group=SERVE)
+    max_beam: int = opt(32, "The largest beam (and n-best) a request may ask for (400 beyond).", low=1, group=SERVE)
+    max_body_bytes: int = opt(4 << 20, "Request body size at most, in bytes (413 beyond).", low=1, group=SERVE)
+    drain_seconds: float = opt(30.0, "On SIGTERM/Ctrl-C: how long in-flight requests may take to finish before the "
+                                     "server exits.", low=0, group=SERVE)

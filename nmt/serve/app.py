@@ -1,0 +1,231 @@
+"""The ASGI application of nmt-serve (FastAPI): routes, request checks and error answers.
+
+Every failure is a JSON ``{"error": "...", "status": "error"}`` with a 4xx status naming the problem (5xx
+only for the server's own faults); no request can stop the server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+from importlib import resources
+from typing import Any, AsyncIterator, Sequence
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import TypeAdapter, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from nmt.api import TranslationModel
+from nmt.config.generate import GenerationConfig
+from nmt.config.serve import ServeJob
+from nmt.errors import NmtError
+from nmt.serve.answers import native_answer, onmt_answer
+from nmt.serve.batcher import DynamicBatcher, Job, QueueFull
+from nmt.serve.schemas import ErrorResponse, NativeRequest, NativeResponse, OnmtHypothesis, OnmtSentence
+
+RETRY_AFTER_SECONDS = 1
+_ONMT_REQUEST = TypeAdapter(list[OnmtSentence])
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse} for code in (400, 404, 413, 422, 503)}
+
+
+class ApiError(Exception):
+    """A request the server refuses: its HTTP status and a one-line reason."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.headers = headers
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message, "status": "error"}, status_code=status, headers=headers)
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The request body as JSON: at most ``limit`` bytes, UTF-8, valid JSON; else an ApiError saying which."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, f"request body of {declared} bytes; at most {limit} are accepted (--max-body-bytes)")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise ApiError(413, f"request body over {limit} bytes (--max-body-bytes); send fewer sentences")
+    if not body.strip():
+        raise ApiError(400, "empty request body; send JSON, e.g. [{\"src\": \"A sentence.\", \"id\": 100}]")
+    try:
+        text = bytes(body).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ApiError(400, f"request body is not UTF-8 (byte {e.start}); encode the JSON as UTF-8") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ApiError(400, f"request body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+
+
+def _validation_message(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"]).lstrip(".") or "body"
+    return f"{where}: {first['msg']}"
+
+
+class TranslationService:
+    """What the routes need: the model, the batcher, the server's limits and default search."""
+
+    def __init__(self, model: TranslationModel, batcher: DynamicBatcher, cfg: ServeJob):
+        self.model = model
+        self.batcher = batcher
+        self.cfg = cfg
+        self._searches: dict[tuple, GenerationConfig] = {}
+
+    def search(self, options: dict[str, Any]) -> GenerationConfig:
+        """The server's default search with a request's options on top, checked once per distinct set."""
+        key = tuple(sorted(options.items()))
+        if key not in self._searches:
+            for name in ("beam", "nbest"):
+                if options.get(name, 0) > self.cfg.max_beam:
+                    raise ApiError(400, f"{name} {options[name]}: at most {self.cfg.max_beam} (nmt-serve --max-beam)")
+            merged = {**dataclasses.asdict(self.cfg.generation), **options}
+            try:
+                gen = self.model.generation_config(**merged)
+                self.model.translator(gen)  # builds the search: a bad combination fails here
+            except NmtError as e:
+                raise ApiError(400, str(e)) from None
+            self._searches[key] = gen
+        return self._searches[key]
+
+    def check_sentences(self, sentences: Sequence[str], name: str) -> None:
+        limit = self.cfg.max_request_sentences
+        if not sentences:
+            raise ApiError(400, f"{name}: no sentences; send at least one")
+        if len(sentences) > limit:
+            raise ApiError(413, f"{name}: {len(sentences)} sentences; at most {limit} per request "
+                                "(--max-request-sentences): split the request")
+        for k, s in enumerate(sentences):
+            if len(s) > self.cfg.max_sentence_chars:
+                raise ApiError(413, f"{name}[{k}]: {len(s)} characters; at most {self.cfg.max_sentence_chars} "
+                                    "per sentence (--max-sentence-chars): split it")
+
+    async def translate(self, sentences: list[str], gen: GenerationConfig, name: str, *, alignment: bool = False,
+                        attention: bool = False) -> list[Any]:
+        ids = [self.model.encode(s) for s in sentences]
+        limit = self.model.max_source_positions
+        for k, row in enumerate(ids):
+            if len(row) > limit:
+                raise ApiError(422, f"{name}[{k}]: {len(row)} tokens after tokenization and BPE (</s> included), "
+                                    f"more than the model's {limit} source positions: split the sentence")
+        job = Job(sentences, ids, gen, alignment=alignment, attention=attention)
+        try:
+            future = self.batcher.submit(job)
+        except QueueFull as e:
+            raise ApiError(503, f"server busy: {e}; retry after {RETRY_AFTER_SECONDS}s",
+                           {"Retry-After": str(RETRY_AFTER_SECONDS)}) from None
+        return list(await asyncio.wrap_future(future))
+
+    def model_info(self) -> dict[str, Any]:
+        info = self.model.info
+        card = None
+        with contextlib.suppress(OSError):
+            from pathlib import Path
+
+            card = (Path(self.model.path) / "README.md").read_text(encoding="utf-8") if info else None
+        return {"model_id": self.cfg.model_id, "loaded": True, "source_lang": self.model.source_lang,
+                "target_lang": self.model.target_lang, "parameters": self.model.parameters,
+                "path": self.model.path, "max_source_positions": self.model.max_source_positions,
+                "scores": info.get("scores"), "training": info.get("training"), "card": card,
+                "default_search": {"beam": self.cfg.generation.beam, "nbest": self.cfg.generation.nbest,
+                                   "lenpen": self.cfg.generation.lenpen}}
+
+
+def build_app(service: TranslationService) -> FastAPI:
+    """The FastAPI app serving ``service`` under ``--url-root``; the batcher runs while the app does."""
+    cfg = service.cfg
+    root = "/" + cfg.url_root.strip("/") if cfg.url_root.strip("/") else ""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        service.batcher.start()
+        yield
+        await asyncio.get_running_loop().run_in_executor(None, service.batcher.close, cfg.drain_seconds)
+
+    app = FastAPI(title="nmt-serve", version="1", lifespan=lifespan, docs_url=f"{root}/docs",
+                  openapi_url=f"{root}/openapi.json", redoc_url=None,
+                  description=f"{service.model.source_lang} -> {service.model.target_lang} translation")
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, e: ApiError) -> JSONResponse:
+        return error_response(e.status, str(e), e.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        return error_response(e.status_code, str(e.detail), getattr(e, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, e: RequestValidationError) -> JSONResponse:
+        return error_response(400, str(e.errors()[0].get("msg", "invalid request")))
+
+    @app.exception_handler(Exception)
+    async def server_fault(request: Request, e: Exception) -> JSONResponse:
+        message = str(e).splitlines()[0] if str(e) else ""
+        return error_response(500, f"translation failed: {type(e).__name__}{': ' + message if message else ''}")
+
+    def openapi_body(schema: Any) -> dict[str, Any]:
+        return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+    @app.post(f"{root}/translate", response_model=list[list[OnmtHypothesis]], responses=_ERRORS,
+              openapi_extra=openapi_body(_ONMT_REQUEST.json_schema()))
+    async def translate_onmt(request: Request) -> Any:
+        """OpenNMT-py's request and answer: ``[{"src": ..., "id": N}]`` -> one list per n-best rank."""
+        try:
+            items = _ONMT_REQUEST.validate_python(await read_json(request, cfg.max_body_bytes))
+        except ValidationError as e:
+            raise ApiError(400, _validation_message(e)) from None
+        for k, item in enumerate(items):
+            if item.id is not None and item.id != cfg.model_id:
+                raise ApiError(404, f"[{k}].id: no model with id {item.id}; this server serves model "
+                                    f"{cfg.model_id}")
+        sentences = [item.src for item in items]
+        service.check_sentences(sentences, "request")
+        gen = service.search({})
+        found = await service.translate(sentences, gen, "request", alignment=cfg.generation.print_alignment)
+        return JSONResponse(onmt_answer(sentences, found, gen.nbest))
+
+    @app.post(f"{root}/v1/translate", response_model=NativeResponse, responses=_ERRORS,
+              openapi_extra=openapi_body(NativeRequest.model_json_schema()))
+    async def translate_native(request: Request) -> Any:
+        """nmt's request: sentences plus beam, n-best, alignment and attention weights on request."""
+        try:
+            req = NativeRequest.model_validate(await read_json(request, cfg.max_body_bytes))
+        except ValidationError as e:
+            raise ApiError(400, _validation_message(e)) from None
+        service.check_sentences(req.text, "text")
+        gen = service.search(req.search_options())
+        found = await service.translate(req.text, gen, "text", alignment=req.alignment, attention=req.attention)
+        return JSONResponse(native_answer(found, service.model.source_lang, service.model.target_lang))
+
+    @app.get(f"{root}/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", **service.batcher.describe()}
+
+    @app.get(f"{root}/models")
+    async def models() -> list[dict[str, Any]]:
+        return [service.model_info()]
+
+    static = resources.files("nmt.serve") / "static"
+
+    @app.get(f"{root}/", response_class=HTMLResponse, include_in_schema=False)
+    async def page() -> HTMLResponse:
+        return HTMLResponse((static / "index.html").read_text(encoding="utf-8"))
+
+    if root:
+        @app.get(root, include_in_schema=False)
+        async def page_slash() -> RedirectResponse:
+            return RedirectResponse(f"{root}/")
+
+    app.mount(f"{root}/static", StaticFiles(directory=str(static)), name="static")
+    return app
