@@ -1,11 +1,13 @@
 """A real model folder and a real nmt-serve process for the server and page tests.
 
-The model is the fairseq Multi30k model in ../shared/peer (imported, then exported as a model folder);
+The model is the fairseq Multi30k model in ../shared/peer (imported with its Moses + BPE pipeline, then
+exported as a model folder, so it translates raw text);
 tests that use it skip when the shared folder is absent. The server runs as its own process on a free
 localhost port and is stopped with SIGTERM, which must end it with exit code 0."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -21,7 +23,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from shared_paths import PEER_FAIRSEQ
+from shared_paths import MULTI30K, PEER_FAIRSEQ
 
 
 def _cli(name: str) -> list[str]:
@@ -37,7 +39,8 @@ def export_peer_model(folder: Path) -> tuple[Path, Path, Path]:
     data, ckpt, model = folder / "bin", folder / "ours.pt", folder / "model"
     steps = [
         [*_cli("nmt-import-fairseq"), "data", "--path", str(PEER_FAIRSEQ / "data-bin"), "--output", str(data),
-         "--source-lang", "en", "--target-lang", "de"],
+         "--source-lang", "en", "--target-lang", "de", "--tokenizer", "moses", "--bpe", "subword_nmt",
+         "--bpe-codes", str(PEER_FAIRSEQ / "bpe.codes")],
         [*_cli("nmt-import-fairseq"), "checkpoint", "--path", str(PEER_FAIRSEQ / "checkpoint_best.pt"),
          "--data", str(data), "--output", str(ckpt)],
         [*_cli("nmt-export"), str(data), "--path", str(ckpt), "--output", str(model)],
@@ -47,10 +50,11 @@ def export_peer_model(folder: Path) -> tuple[Path, Path, Path]:
     return data, ckpt, model
 
 
-def peer_sentences(count: int) -> list[str]:
-    """The first ``count`` BPE'd English sentences of Multi30k test2016 (what the imported model reads)."""
-    lines = (PEER_FAIRSEQ / "test_2016_flickr.bpe.en").read_text(encoding="utf-8").splitlines()
-    return lines[:count]
+def raw_test_sentences(count: int) -> list[str]:
+    """The first ``count`` raw English sentences of Multi30k test2016 (the model folder tokenizes and BPEs them
+    as the data-bin's test split was made: Moses, then the peer's BPE codes)."""
+    with gzip.open(MULTI30K / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for _, line in zip(range(count), f)]
 
 
 def http(url: str, body: Any = None, *, raw: bytes | None = None, timeout: float = 60,
