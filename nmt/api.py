@@ -70,7 +70,7 @@ class TranslationModel:
         self._encode = load_text_pipeline(data.path, data.src).encode
         self._decode = load_text_pipeline(data.path, data.tgt).decode
         self._translators: dict[str, Translator] = {}
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()  # one search at a time: the models' caches are not shared
 
     @property
     def source_lang(self) -> str:
@@ -147,13 +147,12 @@ class TranslationModel:
         """``translate_detailed`` for sources already encoded (``encode``): what a server batching the
         sentences of several requests calls."""
         self.check_lengths(ids)
-        with self._lock:
+        with self.lock:
             translator = self.translator(gen)
             found = dict(translator.translate_stream(self._batches(ids, max_tokens, batch_size),
                                                      need_attn=alignment))
-            weights = [self._attention(ids[k], found[k][0]) if attention and found[k] else None
-                       for k in range(len(ids))]
-        return [self._translation(sentences[k], ids[k], found[k], alignment, weights[k]) for k in range(len(ids))]
+            return [self.translation(sentences[k], ids[k], found[k], alignment=alignment, attention=attention)
+                    for k in range(len(ids))]
 
     def _batches(self, ids: Sequence[torch.Tensor], max_tokens: int, batch_size: int
                  ) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor]]:
@@ -179,10 +178,13 @@ class TranslationModel:
             layers = model.attention_weights(src.unsqueeze(0), torch.tensor([len(src)]), prev)["cross"]
         return torch.stack([w[0].float() for w in layers])
 
-    def _translation(self, sentence: str, src: torch.Tensor, hyps: list[Any], alignment: bool,
-                     weights: torch.Tensor | None) -> Translation:
+    def translation(self, sentence: str, src: torch.Tensor, hyps: list[Any], *, alignment: bool = False,
+                    attention: bool = False) -> Translation:
+        """The Translation of ``sentence`` (source ids ``src``) from the search's hypotheses; ``attention``
+        recomputes the best one's encoder-decoder attention (call it holding ``lock``)."""
         from nmt.generation.inference import hard_alignment
 
+        weights = self._attention(src, hyps[0]) if attention and hyps else None
         src_dict, tgt_dict = self.data.src_dict, self.data.tgt_dict
         out = []
         for hyp in hyps:

@@ -207,14 +207,27 @@ class SentenceQueue:
         self._deferred: list[tuple[int, torch.Tensor, int]] = []
         self.pad = pad
         self.refill = refill
+        self.capacity: int | None = self.live_capacity(batches)
+
+    @staticmethod
+    def live_capacity(batches: Iterable[SourceBatch]) -> int | None:
+        """How many sentences may run at once when ``batches`` is a live source (None: it is not).
+
+        A live source (nmt-serve's queue) gets new sentences while the search runs: its ``next`` returns
+        what is waiting now and raises StopIteration when nothing is, yet may give more on a later call.
+        It declares a ``capacity``; waiting sentences then start as soon as fewer than that run, since
+        otherwise they would wait for every running sentence to finish."""
+        capacity = getattr(batches, "capacity", None)
+        return int(capacity) if capacity else None
 
     def _fetch_batch(self) -> bool:
         batch = next(self._batches, None)
         if batch is None:
             return False
         ids, src_tokens, src_lengths = batch
+        size = self.capacity or len(ids)
         for i, row, n in zip(ids, src_tokens, src_lengths.tolist()):
-            self._waiting.append((int(i), row[:n], len(ids)))
+            self._waiting.append((int(i), row[:n], size))
         return True
 
     def _fetch(self) -> bool:
@@ -230,7 +243,7 @@ class SentenceQueue:
         if not self._waiting and not self._fetch():
             return None
         size = self._waiting[0][2]
-        if running and not (self.refill and running < REFILL_AT * size):
+        if running and not (self.refill and running < (size if self.capacity else REFILL_AT * size)):
             return None
         room = size - running
         while len(self._waiting) < room and self._fetch():

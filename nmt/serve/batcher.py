@@ -1,10 +1,11 @@
 """Dynamic batching: sentences of concurrent requests are searched together.
 
-Requests put jobs (their encoded sentences and search options) in one queue; a single worker thread
-takes the oldest job, waits a few milliseconds for more with the same options (up to a batch's tokens
-and sentences), searches them in one call of the streaming search, and hands each job its results.
-While a batch runs, new jobs wait for the next one; a full queue refuses new jobs (the server answers
-503), so memory and latency stay bounded under any load."""
+Requests put jobs (their encoded sentences and search options) in one queue. A single worker thread
+runs the streaming search of nmt-generate on a *live* source (``SentenceQueue.live_capacity``): the
+sentences waiting when it starts, and every sentence queued later with the same options, join the
+running rows as soon as there is room, and each job is answered as soon as its own sentences finish.
+So a busy server keeps a full batch decoding, and nobody waits for the longest sentence of a batch they
+were not in. A full queue refuses new jobs (the server answers 503): memory and latency stay bounded."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
-from nmt.api import Translation, TranslationModel
+from nmt.api import TranslationModel
 from nmt.config.generate import GenerationConfig
+from nmt.generation.inference import pad_batch
+from nmt.generation.search import Hypothesis, SourceBatch
 
 
 class QueueFull(Exception):
@@ -27,7 +30,7 @@ class QueueFull(Exception):
 
 @dataclass
 class Job:
-    """One request's sentences and how to search them."""
+    """One request's sentences and how to search them; ``future`` gets the list of Translations."""
 
     sentences: list[str]
     ids: list[torch.Tensor]
@@ -35,22 +38,50 @@ class Job:
     alignment: bool = False
     attention: bool = False
     future: Future = field(default_factory=Future)
+    found: dict[int, list[Hypothesis]] = field(default_factory=dict)  # sentence index -> hypotheses
 
     @property
-    def key(self) -> tuple[str, bool, bool]:
-        """Jobs with the same key can share a batch."""
-        return repr(self.gen), self.alignment, self.attention
-
-    @property
-    def tokens(self) -> int:
-        return sum(len(i) for i in self.ids)
+    def key(self) -> tuple[str, bool]:
+        """Jobs with the same key can be searched together (attention is computed after the search)."""
+        return repr(self.gen), self.alignment
 
 
 @dataclass
 class BatcherStats:
-    batches: int = 0
+    streams: int = 0  # searches started (a busy server runs one for a long time)
     sentences: int = 0
-    seconds: float = 0.0  # time spent searching
+
+
+class LiveSource:
+    """The batches a search pulls from the queue: jobs with the running search's key, in order, as they
+    come (StopIteration when none waits now, more on a later call). It stops offering jobs once the oldest
+    waiting job has another key, so the search ends and that job gets its turn."""
+
+    def __init__(self, batcher: DynamicBatcher, key: tuple[str, bool], pad: int):
+        self.batcher = batcher
+        self.key = key
+        self.pad = pad
+        self.capacity = batcher.max_sentences
+        self.rows: dict[int, tuple[Job, int]] = {}  # running sentence id -> (job, index in the job)
+        self.started = 0  # sentences handed to the search so far (the next id)
+
+    def __iter__(self) -> Iterator[SourceBatch]:
+        return self
+
+    def __next__(self) -> SourceBatch:
+        jobs = self.batcher.take_matching(self.key)
+        if not jobs:
+            raise StopIteration
+        ids, rows = [], []
+        for job in jobs:
+            for k, row in enumerate(job.ids):
+                sid = self.started
+                self.started += 1
+                self.rows[sid] = (job, k)
+                ids.append(sid)
+                rows.append(row)
+        src_tokens, src_lengths = pad_batch(rows, self.pad)
+        return ids, src_tokens, src_lengths
 
 
 class DynamicBatcher:
@@ -80,12 +111,8 @@ class DynamicBatcher:
             self._cond.notify_all()
         self._thread.join(timeout)
 
-    @property
-    def queued(self) -> int:
-        return self._queued
-
     def submit(self, job: Job) -> Future:
-        """Queue ``job``; its future gets the list of Translations (or the error). QueueFull when there is no room."""
+        """Queue ``job``; QueueFull when there is no room (or the server is stopping)."""
         with self._cond:
             if self._closing:
                 raise QueueFull("the server is shutting down")
@@ -96,74 +123,68 @@ class DynamicBatcher:
             self._cond.notify_all()
         return job.future
 
-    def _fits(self, jobs: list[Job], job: Job) -> bool:
-        sentences = sum(len(j.sentences) for j in jobs) + len(job.sentences)
-        tokens = sum(j.tokens for j in jobs) + job.tokens
-        return sentences <= self.max_sentences and tokens <= self.max_tokens
+    def take_matching(self, key: tuple[str, bool]) -> list[Job]:
+        """Waiting jobs with ``key`` from the front of the queue, up to a batch's tokens (at least one job)."""
+        with self._cond:
+            taken: list[Job] = []
+            tokens = 0
+            while self._jobs and self._jobs[0].key == key:
+                job = self._jobs[0]
+                size = sum(len(i) for i in job.ids)
+                if taken and tokens + size > self.max_tokens:
+                    break
+                taken.append(self._jobs.popleft())
+                self._queued -= len(job.sentences)
+                tokens += size
+            return taken
 
-    def _take(self) -> list[Job]:
-        """The next batch: the oldest job plus later ones with its options, after waiting up to
-        ``wait_seconds`` for the batch to fill. Called with the lock held; [] when closing and empty."""
-        while not self._jobs:
-            if self._closing:
-                return []
-            self._cond.wait()
-        deadline = time.monotonic() + self.wait_seconds
-        while not self._closing:
-            left = deadline - time.monotonic()
-            chosen = self._matching()
-            full = sum(len(j.sentences) for j in chosen) >= self.max_sentences or \
-                sum(j.tokens for j in chosen) >= self.max_tokens
-            if left <= 0 or full:
-                break
-            self._cond.wait(left)
-        chosen = self._matching()
-        for job in chosen:
-            self._jobs.remove(job)
-            self._queued -= len(job.sentences)
-        return chosen
-
-    def _matching(self) -> list[Job]:
-        """Queued jobs that can join the oldest one's batch, oldest first (the oldest always)."""
-        first = self._jobs[0]
-        chosen = [first]
-        for job in list(self._jobs)[1:]:
-            if job.key == first.key and self._fits(chosen, job):
-                chosen.append(job)
-        return chosen
+    def _wait_for_work(self) -> Job | None:
+        """The oldest job once there is one, after a short wait for others to arrive (None: closing with
+        nothing queued)."""
+        with self._cond:
+            while not self._jobs:
+                if self._closing:
+                    return None
+                self._cond.wait()
+            deadline = time.monotonic() + self.wait_seconds
+            while self._queued < self.max_sentences and not self._closing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            return self._jobs[0]
 
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                jobs = self._take()
-            if not jobs:
-                return
-            self._search(jobs)
+        while (oldest := self._wait_for_work()) is not None:
+            self._search(oldest.key, oldest.gen)
 
-    def _search(self, jobs: list[Job]) -> None:
-        first = jobs[0]
-        sentences = [s for j in jobs for s in j.sentences]
-        ids = [i for j in jobs for i in j.ids]
-        start = time.perf_counter()
+    def _search(self, key: tuple[str, bool], gen: GenerationConfig) -> None:
+        """One streaming search over the live source of ``key``'s jobs, answering each job when it is done."""
+        source = LiveSource(self, key, self.model.data.src_dict.pad())
+        self.stats.streams += 1
         try:
-            found: list[Translation] = self.model.translate_ids(
-                sentences, ids, first.gen, alignment=first.alignment, attention=first.attention,
-                max_tokens=self.max_tokens, batch_size=self.max_sentences)
-        except BaseException as e:  # noqa: BLE001 - every job hears of the failure; the worker goes on
-            for job in jobs:
-                job.future.set_exception(e)
+            with self.model.lock:
+                for sid, hyps in self.model.translator(gen).translate_stream(source, need_attn=key[1]):
+                    job, k = source.rows.pop(sid)
+                    job.found[k] = hyps
+                    if len(job.found) == len(job.ids):
+                        self._answer(job)
+        except BaseException as e:  # noqa: BLE001 - the jobs hear of the failure; the worker goes on
+            for job, _ in source.rows.values():
+                if not job.future.done():
+                    job.future.set_exception(e)
+
+    def _answer(self, job: Job) -> None:
+        try:
+            found = [self.model.translation(job.sentences[k], job.ids[k], job.found[k], alignment=job.alignment,
+                                            attention=job.attention) for k in range(len(job.ids))]
+        except BaseException as e:  # noqa: BLE001 - this job fails; the others go on
+            job.future.set_exception(e)
             return
-        finally:
-            self.stats.seconds += time.perf_counter() - start
-        self.stats.batches += 1
-        self.stats.sentences += len(sentences)
-        at = 0
-        for job in jobs:
-            job.future.set_result(found[at: at + len(job.sentences)])
-            at += len(job.sentences)
+        self.stats.sentences += len(found)
+        job.future.set_result(found)
 
     def describe(self) -> dict[str, Any]:
         """Figures for /health."""
-        s = self.stats
-        return {"queued_sentences": self._queued, "batches": s.batches, "sentences": s.sentences,
-                "mean_batch_sentences": round(s.sentences / s.batches, 2) if s.batches else 0.0}
+        return {"queued_sentences": self._queued, "searches": self.stats.streams,
+                "sentences": self.stats.sentences}

@@ -62,7 +62,9 @@ class BeamSearch(Search):
         if self.greedy is not None:
             yield from self.greedy.search_stream(ens, batches, need_attn)
             return
-        refill = self.refill and ens.can_merge and not need_attn
+        # a live source (a server's queue) is refilled whatever this strategy prefers: its sentences would
+        # otherwise wait for the whole batch to finish
+        refill = (self.refill or SentenceQueue.live_capacity(batches) is not None) and ens.can_merge and not need_attn
         queue = SentenceQueue(batches, self.sp.pad, refill=refill)
         beams: Optional[Beams] = None
         sources: dict[int, torch.Tensor] = {}  # running sentence id -> source tokens, to defer it

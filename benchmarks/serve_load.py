@@ -1,0 +1,184 @@
+"""nmt-serve under load, beside nmt-generate's batch throughput on the same model in the same run.
+
+A real server on localhost (``nmt-serve MODEL --port 0``) gets test_2016_flickr sentences, one per
+request (OpenNMT-py's POST /translate), from 1, 8, 32 and 64 concurrent clients, each level bounded in
+requests and seconds; each client keeps one HTTP/1.1 connection. Printed per level: sentences/s, p50 and
+p95 latency, and sentences/s as a share of ``nmt-generate --batch-size 128``'s (the search time it
+reports, loading excluded: the stricter comparison). Then the latency of one 13-token sentence sent
+alone, repeatedly.
+
+    python benchmarks/serve_load.py                      # the peer fairseq model, imported and exported
+    python benchmarks/serve_load.py --model MODEL_DIR --data DATA_BIN [--beam 5] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import click
+
+HERE = Path(__file__).resolve().parent
+SHARED = HERE.parent.parent / "shared"
+PEER = SHARED / "peer" / "fairseq-m30k"
+RAW_TEST = SHARED / "data" / "multi30k" / "test_2016_flickr.en.gz"
+SPEED = re.compile(r"\(([\d.]+) sentences/s")
+
+
+def cli(name: str) -> list[str]:
+    script = shutil.which(name)
+    module = name.replace("nmt-", "").replace("-", "_")
+    return [script] if script else [sys.executable, "-c", f"from nmt.cli.{module} import main; main()"]
+
+
+def prepare_peer(folder: Path) -> tuple[Path, Path]:
+    """(model folder, data-bin) of the peer fairseq Multi30k model: imported with its Moses + BPE pipeline,
+    then exported."""
+    data, ckpt, model = folder / "bin", folder / "ours.pt", folder / "model"
+    for argv in ([*cli("nmt-import-fairseq"), "data", "--path", str(PEER / "data-bin"), "--output", str(data),
+                  "--source-lang", "en", "--target-lang", "de", "--tokenizer", "moses", "--bpe", "subword_nmt",
+                  "--bpe-codes", str(PEER / "bpe.codes")],
+                 [*cli("nmt-import-fairseq"), "checkpoint", "--path", str(PEER / "checkpoint_best.pt"), "--data",
+                  str(data), "--output", str(ckpt)],
+                 [*cli("nmt-export"), str(data), "--path", str(ckpt), "--output", str(model)]):
+        subprocess.run(argv, check=True, capture_output=True)
+    return model, data
+
+
+def generate_speed(model: Path, data: Path, beam: int, threads: int) -> float:
+    done = subprocess.run([*cli("nmt-generate"), str(data), "--path", str(model), "--gen-subset", "test", "--beam",
+                           str(beam), "--batch-size", "128", "--threads", str(threads), "--quiet"],
+                          capture_output=True, text=True, check=True)
+    found = SPEED.search(done.stdout + done.stderr)
+    assert found, done.stdout + done.stderr
+    return float(found.group(1))
+
+
+class Server:
+    def __init__(self, model: Path, beam: int, threads: int):
+        self.process = subprocess.Popen([*cli("nmt-serve"), str(model), "--port", "0", "--beam", str(beam),
+                                         "--threads", str(threads)], stderr=subprocess.PIPE, text=True)
+        assert self.process.stderr is not None
+        line = ""
+        while "http://" not in line:
+            line = self.process.stderr.readline()
+            if not line:
+                sys.exit("serve_load: nmt-serve did not start")
+        found = re.search(r"http://([\d.]+):(\d+)", line)
+        assert found
+        self.host, self.port = found.group(1), int(found.group(2))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                connection = http.client.HTTPConnection(self.host, self.port, timeout=5)
+                connection.request("GET", "/health")
+                if connection.getresponse().status == 200:
+                    return
+            except OSError:
+                time.sleep(0.2)
+        sys.exit("serve_load: nmt-serve did not answer /health")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(60)
+
+
+def load_level(server: Server, sentences: list[str], clients: int, max_requests: int, max_seconds: float
+               ) -> tuple[float, list[float], int]:
+    """(sentences/s, latencies in s, errors) of ``clients`` concurrent clients sending one sentence per request."""
+    latencies: list[float] = []
+    errors = [0]
+    next_index = [0]
+    lock = threading.Lock()
+    stop_at = time.monotonic() + max_seconds
+
+    def client() -> None:
+        connection = http.client.HTTPConnection(server.host, server.port, timeout=120)
+        while time.monotonic() < stop_at:
+            with lock:
+                if next_index[0] >= max_requests:
+                    return
+                i = next_index[0]
+                next_index[0] += 1
+            body = json.dumps([{"src": sentences[i % len(sentences)], "id": 100}])
+            start = time.perf_counter()
+            connection.request("POST", "/translate", body, {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            payload = response.read()
+            took = time.perf_counter() - start
+            with lock:
+                if response.status == 200 and json.loads(payload)[0][0]["tgt"] is not None:
+                    latencies.append(took)
+                else:
+                    errors[0] += 1
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    return len(latencies) / wall, latencies, errors[0]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+@click.command()
+@click.option("--model", type=click.Path(exists=True, file_okay=False), help="A model folder [default: the peer "
+              "fairseq model, imported and exported into a temporary folder].")
+@click.option("--data", type=click.Path(exists=True, file_okay=False), help="The data-bin of --model's test split.")
+@click.option("--beam", default=5, show_default=True)
+@click.option("--threads", default=2, show_default=True, help="torch threads of the server and of nmt-generate.")
+@click.option("--clients", default="1,8,32,64", show_default=True)
+@click.option("--requests", "max_requests", default=1000, show_default=True, help="Requests per level at most.")
+@click.option("--seconds", "max_seconds", default=60.0, show_default=True, help="Seconds per level at most.")
+@click.option("--latency-requests", default=50, show_default=True)
+def main(model: str | None, data: str | None, beam: int, threads: int, clients: str, max_requests: int,
+         max_seconds: float, latency_requests: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        if model is None:
+            model_dir, data_dir = prepare_peer(Path(tmp))
+        elif data is None:
+            sys.exit("serve_load: --model needs --data (the data-bin holding its test split)")
+        else:
+            model_dir, data_dir = Path(model), Path(data)
+        with gzip.open(RAW_TEST, "rt", encoding="utf-8") as f:
+            sentences = [line.rstrip("\n") for line in f]
+        batch_speed = generate_speed(model_dir, data_dir, beam, threads)
+        print(f"nmt-generate --batch-size 128, beam {beam}, {threads} threads: {batch_speed:.1f} sentences/s "
+              "(search time)")
+        server = Server(model_dir, beam, threads)
+        try:
+            print("| clients | sentences/s | share of nmt-generate | p50 latency | p95 latency | errors |")
+            print("|---:|---:|---:|---:|---:|---:|")
+            for n in (int(c) for c in clients.split(",")):
+                speed, latencies, errors = load_level(server, sentences, n, max_requests, max_seconds)
+                print(f"| {n} | {speed:.1f} | {speed / batch_speed:.0%} | {percentile(latencies, 0.5) * 1000:.0f} ms "
+                      f"| {percentile(latencies, 0.95) * 1000:.0f} ms | {errors} |", flush=True)
+            from nmt.api import load
+
+            tokens = load(str(model_dir), threads=1).tokenize
+            thirteen = next(s for s in sentences if len(tokens(s)) == 13)
+            _, latencies, _ = load_level(server, [thirteen], 1, latency_requests, max_seconds)
+            print(f"one 13-token sentence alone ({thirteen!r}), {len(latencies)} requests: median "
+                  f"{statistics.median(latencies) * 1000:.1f} ms, p95 {percentile(latencies, 0.95) * 1000:.1f} ms")
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
