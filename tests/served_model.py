@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-
 from shared_paths import MULTI30K, PEER_FAIRSEQ
 
 

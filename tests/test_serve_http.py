@@ -1,0 +1,199 @@
+"""nmt-serve over real HTTP: a server process on a free localhost port, the real Multi30k model.
+
+Translations equal nmt-generate's, 32 concurrent clients all get theirs, every bad request is a 4xx JSON
+error after which the server still answers /health, a full queue is a 503 with Retry-After, and SIGTERM
+lets in-flight requests finish before the process exits 0."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+import pytest
+from served_model import _cli, export_peer_model, http, raw_test_sentences, serve
+
+pytestmark = pytest.mark.slow
+
+LIMITS = ["--max-request-sentences", "8", "--max-sentence-chars", "4000", "--max-body-bytes", "65536",
+          "--max-beam", "8"]
+
+
+@pytest.fixture(scope="module")
+def peer(tmp_path_factory):
+    return export_peer_model(tmp_path_factory.mktemp("peer"))
+
+
+@pytest.fixture(scope="module")
+def server(peer):
+    _, _, model = peer
+    yield from serve([str(model), "--threads", "1", *LIMITS])
+
+
+@pytest.fixture(scope="module")
+def generated(peer):
+    """nmt-generate's source tokens (S-) and detokenized best hypothesis (D-) per test sentence, beam 5."""
+    data, _, model = peer
+    out = subprocess.run([*_cli("nmt-generate"), str(data), "--path", str(model), "--gen-subset", "test",
+                          "--beam", "5", "--batch-size", "128", "--threads", "1"],
+                         capture_output=True, text=True, check=True).stdout
+    sources, best = {}, {}
+    for line in out.splitlines():
+        kind, _, rest = line.partition("-")
+        if kind in ("S", "D") and rest[:1].isdigit():
+            sid, _, text = rest.partition("\t")
+            if kind == "S":
+                sources[int(sid)] = text
+            else:
+                best[int(sid)] = text.split("\t", 1)[1]
+    return sources, best
+
+
+def native(server, sentences: list[str], **options) -> list[dict]:
+    """/v1/translate's translations of ``sentences``, sent 8 at a time (the server's --max-request-sentences)."""
+    out = []
+    for at in range(0, len(sentences), 8):
+        status, body, _ = http(server.base + "/v1/translate", {"text": sentences[at: at + 8], **options})
+        assert status == 200, body
+        out += body["translations"]
+    return out
+
+
+def assert_still_serving(server) -> None:
+    status, body, _ = http(server.base + "/health")
+    assert status == 200 and body["status"] == "ok"
+
+
+def test_translations_equal_nmt_generate(server, generated):
+    sources, best = generated
+    raw = raw_test_sentences(40)
+    translations = native(server, raw, beam=5)
+    compared = 0
+    for k, t in enumerate(translations):
+        if " ".join(t["source_tokens"]) == sources[k]:  # Moses + BPE of the raw line = the binarized source
+            assert t["hypotheses"][0]["text"] == best[k], k
+            compared += 1
+    assert compared >= 35
+    status, onmt, _ = http(server.base + "/translate", [{"src": s, "id": 100} for s in raw[:4]])
+    assert status == 200 and len(onmt) == 1 and [h["src"] for h in onmt[0]] == raw[:4]
+    assert [h["tgt"] for h in onmt[0]] == [t["hypotheses"][0]["text"] for t in translations[:4]]
+    assert all(h["n_best"] == 1 and isinstance(h["pred_score"], float) for h in onmt[0])
+
+
+def test_onmt_shape_with_nbest_and_native_alignment(peer):
+    _, _, model = peer
+    for srv in serve([str(model), "--threads", "1", "--nbest", "2", "--url-root", "/translator"]):
+        raw = raw_test_sentences(3)
+        status, body, _ = http(srv.base + "/translate", [{"src": s} for s in raw])
+        assert srv.base.endswith("/translator")
+        assert status == 200 and len(body) == 2 and all(len(rank) == 3 for rank in body)  # one list per rank
+        assert all(body[0][k]["pred_score"] >= body[1][k]["pred_score"] for k in range(3))
+        assert http(srv.url.rsplit("/translator", 1)[0] + "/translate", [{"src": "x"}])[0] == 404
+        status, native, _ = http(srv.base + "/v1/translate", {"text": raw[:1], "alignment": True, "nbest": 1})
+        hyp = native["translations"][0]["hypotheses"][0]
+        sources = len(native["translations"][0]["source_tokens"])
+        assert len(hyp["alignment"]) == len(hyp["tokens"])
+        assert all(0 <= s <= sources and 0 <= t < len(hyp["tokens"]) for s, t in hyp["alignment"])
+
+
+def test_32_concurrent_clients_all_get_correct_answers(server, generated):
+    sources, best = generated
+    raw = raw_test_sentences(64)
+    answers: dict[int, object] = {}
+
+    def client(c: int) -> None:
+        for k in (c, c + 32):
+            status, body, _ = http(server.base + "/translate", [{"src": raw[k], "id": 100}], timeout=300)
+            answers[k] = body[0][0]["tgt"] if status == 200 else (status, body)
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(answers) == 64 and all(isinstance(a, str) for a in answers.values()), answers
+    alone = native(server, raw)
+    for k in range(64):  # among 32 clients, in requests of 8, in nmt-generate's batches: the same answer
+        assert answers[k] == alone[k]["hypotheses"][0]["text"], k
+        if " ".join(alone[k]["source_tokens"]) == sources[k]:
+            assert answers[k] == best[k], k
+
+
+BAD_REQUESTS = [
+    ("malformed JSON", "/translate", b'[{"src": "A dog."', 400, "not valid JSON"),
+    ("not UTF-8", "/translate", b'[{"src": "\xff\xfe"}]', 400, "not UTF-8"),
+    ("empty body", "/translate", b"", 400, "empty request body"),
+    ("empty list", "/translate", b"[]", 400, "no sentences"),
+    ("object, not a list", "/translate", b'{"src": "A dog."}', 400, "list"),
+    ("src not a string", "/translate", b'[{"src": 5}]', 400, "[0].src"),
+    ("src missing", "/translate", b'[{"id": 100}]', 400, "[0].src"),
+    ("unknown model id", "/translate", b'[{"src": "A dog.", "id": 7}]', 404, "no model with id 7"),
+    ("too many sentences", "/translate", ('[' + ",".join(['{"src": "A dog."}'] * 9) + ']').encode(), 413,
+     "at most 8"),
+    ("sentence too long (characters)", "/v1/translate", ('{"text": ["' + "a" * 5000 + '"]}').encode(), 413,
+     "5000 characters"),
+    ("sentence too long (model positions)", "/v1/translate", ('{"text": ["' + "a " * 1100 + '"]}').encode(),
+     422, "source positions"),
+    ("body too big", "/v1/translate", ('{"text": ["' + "a" * 70000 + '"]}').encode(), 413, "65536"),
+    ("native text not a list", "/v1/translate", b'{"text": "A dog."}', 400, "text"),
+    ("native unknown field", "/v1/translate", b'{"text": ["A dog."], "beamsize": 4}', 400, "beamsize"),
+    ("beam 0", "/v1/translate", b'{"text": ["A dog."], "beam": 0}', 400, "beam"),
+    ("beam beyond --max-beam", "/v1/translate", b'{"text": ["A dog."], "beam": 9}', 400, "at most 8"),
+    ("nbest beyond beam", "/v1/translate", b'{"text": ["A dog."], "beam": 2, "nbest": 3}', 400, "nbest"),
+    ("no such route", "/nope", b"{}", 404, ""),
+]
+
+
+@pytest.mark.parametrize("path, body, status, words", [b[1:] for b in BAD_REQUESTS],
+                         ids=[b[0] for b in BAD_REQUESTS])
+def test_bad_request_is_a_json_error_and_the_server_goes_on(server, path, body, status, words):
+    got, answer, headers = http(server.base + path, raw=body, method="POST")
+    assert got == status, answer
+    assert isinstance(answer, dict) and answer["status"] == "error" and words in answer["error"], answer
+    assert "\n" not in answer["error"] and "Traceback" not in answer["error"]
+    assert headers.get("content-type", headers.get("Content-Type", "")).startswith("application/json")
+    assert_still_serving(server)
+
+
+def test_get_on_translate_is_a_json_405(server):
+    status, answer, _ = http(server.base + "/translate")
+    assert status == 405 and answer["status"] == "error"
+
+
+def test_health_models_and_openapi(server):
+    status, models, _ = http(server.base + "/models")
+    assert status == 200 and models[0]["source_lang"] == "en" and models[0]["target_lang"] == "de"
+    assert models[0]["parameters"] == 8_040_448 and "translation model" in models[0]["card"]
+    status, spec, _ = http(server.base + "/openapi.json")
+    assert status == 200 and {"/translate", "/v1/translate", "/health", "/models"} <= set(spec["paths"])
+    assert http(server.base + "/docs")[0] == 200
+
+
+def test_a_full_queue_answers_503_with_retry_after(peer):
+    _, _, model = peer
+    for srv in serve([str(model), "--threads", "1", "--max-queue", "2"]):
+        status, answer, headers = http(srv.base + "/translate", [{"src": "A dog."}] * 3)
+        assert status == 503 and "busy" in answer["error"] and headers.get("retry-after", headers.get("Retry-After"))
+        assert http(srv.base + "/translate", [{"src": "A dog."}] * 2)[0] == 200
+
+
+def test_sigterm_lets_in_flight_requests_finish_then_exits_0(peer):
+    _, _, model = peer
+    from served_model import Server
+
+    srv = Server([str(model), "--threads", "1"])
+    raw = raw_test_sentences(8)
+    results: list[int] = []
+
+    def client() -> None:
+        results.append(http(srv.base + "/translate", [{"src": s} for s in raw], timeout=300)[0])
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)  # the requests are in flight
+    code = srv.stop()
+    for t in threads:
+        t.join()
+    assert code == 0
+    assert results == [200] * 4
