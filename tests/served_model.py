@@ -25,7 +25,7 @@ import pytest
 from shared_paths import MULTI30K, PEER_FAIRSEQ
 
 
-def _cli(name: str) -> list[str]:
+def cli_command(name: str) -> list[str]:
     script = shutil.which(name)
     module = name.replace("nmt-", "").replace("-", "_")
     return [script] if script else [sys.executable, "-c", f"from nmt.cli.{module} import main; main()"]
@@ -37,12 +37,12 @@ def export_peer_model(folder: Path) -> tuple[Path, Path, Path]:
         pytest.skip(f"no shared fairseq model at {PEER_FAIRSEQ}")
     data, ckpt, model = folder / "bin", folder / "ours.pt", folder / "model"
     steps = [
-        [*_cli("nmt-import-fairseq"), "data", "--path", str(PEER_FAIRSEQ / "data-bin"), "--output", str(data),
+        [*cli_command("nmt-import-fairseq"), "data", "--path", str(PEER_FAIRSEQ / "data-bin"), "--output", str(data),
          "--source-lang", "en", "--target-lang", "de", "--tokenizer", "moses", "--bpe", "subword_nmt",
          "--bpe-codes", str(PEER_FAIRSEQ / "bpe.codes")],
-        [*_cli("nmt-import-fairseq"), "checkpoint", "--path", str(PEER_FAIRSEQ / "checkpoint_best.pt"),
+        [*cli_command("nmt-import-fairseq"), "checkpoint", "--path", str(PEER_FAIRSEQ / "checkpoint_best.pt"),
          "--data", str(data), "--output", str(ckpt)],
-        [*_cli("nmt-export"), str(data), "--path", str(ckpt), "--output", str(model)],
+        [*cli_command("nmt-export"), str(data), "--path", str(ckpt), "--output", str(model)],
     ]
     for argv in steps:
         subprocess.run(argv, check=True, capture_output=True, text=True)
@@ -77,7 +77,7 @@ class Server:
     """``nmt-serve ARGS --port 0`` as a child process; ``url`` is its base URL once /health answers."""
 
     def __init__(self, args: list[str], ready_timeout: float = 120):
-        self.process = subprocess.Popen([*_cli("nmt-serve"), *args, "--port", "0"], stdout=subprocess.PIPE,
+        self.process = subprocess.Popen([*cli_command("nmt-serve"), *args, "--port", "0"], stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         assert self.process.stderr is not None
         seen = ""

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from served_model import _cli, export_peer_model, http, raw_test_sentences, serve
+from served_model import cli_command, export_peer_model, http, raw_test_sentences, serve
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ def server(peer):
 def generated(peer):
     """nmt-generate's source tokens (S-) and detokenized best hypothesis (D-) per test sentence, beam 5."""
     data, _, model = peer
-    out = subprocess.run([*_cli("nmt-generate"), str(data), "--path", str(model), "--gen-subset", "test",
+    out = subprocess.run([*cli_command("nmt-generate"), str(data), "--path", str(model), "--gen-subset", "test",
                           "--beam", "5", "--batch-size", "128", "--threads", "1"],
                          capture_output=True, text=True, check=True).stdout
     sources, best = {}, {}

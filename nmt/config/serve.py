@@ -25,7 +25,8 @@ class ServeJob(TranslateJob):
                             "(/translator/translate).", group=SERVE)
     model_id: int = opt(100, "The model id OpenNMT-py clients send with each sentence (\"id\"); another id is a "
                              "404.", group=SERVE)
-    batch_wait_ms: float = opt(5.0, "How long the first waiting sentence waits for others to share its batch.",
+    batch_wait_ms: float = opt(0.0, "How long an idle server waits for more sentences before it starts searching "
+                                    "(sentences that come later join the running search anyway).",
                                low=0, high=10000, group=SERVE)
     max_queue: int = opt(2048, "Sentences waiting to be translated at most; beyond, requests get 503 with "
                                "Retry-After.", low=1, group=SERVE)

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import json
 from importlib import resources
+from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
 from fastapi import FastAPI, Request
@@ -128,12 +129,14 @@ class TranslationService:
         return list(await asyncio.wrap_future(future))
 
     def model_info(self) -> dict[str, Any]:
+        """/models: what the model translates, its size, card and scores (from its model folder's manifest)."""
+        from nmt.model_folder.layout import CARD
+
         info = self.model.info
         card = None
-        with contextlib.suppress(OSError):
-            from pathlib import Path
-
-            card = (Path(self.model.path) / "README.md").read_text(encoding="utf-8") if info else None
+        if info:  # a model folder
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                card = (Path(self.model.path) / CARD).read_text(encoding="utf-8")
         return {"model_id": self.cfg.model_id, "loaded": True, "source_lang": self.model.source_lang,
                 "target_lang": self.model.target_lang, "parameters": self.model.parameters,
                 "path": self.model.path, "max_source_positions": self.model.max_source_positions,
@@ -163,7 +166,10 @@ def build_app(service: TranslationService) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
-        return error_response(e.status_code, str(e.detail), getattr(e, "headers", None))
+        message = str(e.detail)
+        if e.status_code in (404, 405):
+            message = f"{message}: {request.method} {request.url.path} (the routes are listed at {root}/docs)"
+        return error_response(e.status_code, message, getattr(e, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, e: RequestValidationError) -> JSONResponse:
