@@ -15,7 +15,7 @@ nmt-generate's (``beam``, ``nbest``, ``lenpen``, ``max_len_a``, ``max_len_b``, `
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -25,6 +25,9 @@ import torch
 from nmt.config.generate import GenerationConfig, InferenceConfig
 from nmt.errors import UsageError
 from nmt.generation.inference import DataDir, EnsembleModel, Translator
+
+# the keyword options of translate(): nmt-generate's search flags (alignments are asked for with alignment=True)
+SEARCH_OPTIONS = frozenset(f.name for f in fields(GenerationConfig)) - {"print_alignment"}
 
 
 @dataclass
@@ -101,10 +104,16 @@ class TranslationModel:
         """nmt-generate's GenerationConfig from keyword options, checked (a bad value is a ConfigError)."""
         from nmt.config.fields import to_dataclass
 
+        known = sorted(SEARCH_OPTIONS)
+        unknown = sorted(set(options) - SEARCH_OPTIONS)
+        if unknown:
+            fix = " (ask for alignments with alignment=True)" if "print_alignment" in unknown else ""
+            raise UsageError(f"translate(): unknown option(s) {', '.join(unknown)}{fix}; known: {', '.join(known)}, "
+                             "alignment, attention, max_tokens, batch_size")
         search = options.get("search")
         if isinstance(search, str):
             options["search"] = {"name": search}
-        return to_dataclass(GenerationConfig, options, where="translate(): ")
+        return to_dataclass(GenerationConfig, options, where="translate().")
 
     def translator(self, gen: GenerationConfig) -> Translator:
         """The search ``gen`` configures for this model (kept per distinct configuration)."""
@@ -129,9 +138,14 @@ class TranslationModel:
         (``attention``) the encoder-decoder attention of every layer and head of the best one."""
         if isinstance(sentences, str):
             raise UsageError("translate_detailed() takes a list of sentences; wrap one sentence in a list")
+        sentences = list(sentences)  # a generator is read once
+        wrong = next((k for k, s in enumerate(sentences) if not isinstance(s, str)), None)
+        if wrong is not None:
+            raise UsageError(f"translate(): sentence {wrong} is a {type(sentences[wrong]).__name__}, not a string; "
+                             "give raw text (str)")
         gen = self.generation_config(**options)
         ids = [self.encode(s) for s in sentences]
-        return self.translate_ids(list(sentences), ids, gen, alignment=alignment, attention=attention,
+        return self.translate_ids(sentences, ids, gen, alignment=alignment, attention=attention,
                                   max_tokens=max_tokens, batch_size=batch_size)
 
     def check_lengths(self, ids: Sequence[torch.Tensor]) -> None:
@@ -206,6 +220,9 @@ def load(path: str | Path, data: str | Path | None = None, *, bf16: bool = False
     from nmt.plugin_loader import load_plugins
 
     load_plugins(user_dir)
+    missing = [p for p in str(path).split(":") if p and not Path(p).exists()]
+    if missing:
+        raise UsageError(f"nmt.load({str(path)!r}): {missing[0]}: no such checkpoint or model folder")
     data_dir, paths = model_and_data(str(data) if data else None, str(path))
     if not data_dir:
         raise UsageError(f"nmt.load({str(path)!r}): a checkpoint needs data=<the data-bin it was trained on> "

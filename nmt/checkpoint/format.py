@@ -193,5 +193,9 @@ def load_checkpoint(path: str | os.PathLike, *, check_plugins_registered: bool =
 def load_model_for_inference(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, str]]:
     """(model config, model state_dict, dictionary fingerprints) of a checkpoint, for generation and averaging."""
     state = load_checkpoint(path)
-    model_config = state.get("model_config") or (state.get("config") or {}).get("model") or {}
-    return model_config, state["model"], dict(state.get("dictionaries") or {})
+    return stored_model_config(state), state["model"], dict(state.get("dictionaries") or {})
+
+
+def stored_model_config(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The model config a checkpoint's state records (its own key, else the run config's model group)."""
+    return state.get("model_config") or (state.get("config") or {}).get("model") or {}

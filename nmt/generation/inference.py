@@ -58,13 +58,15 @@ def checkpoint_paths(spec: str | None) -> list[str]:
 
 def model_and_data(data: str | None, path: str | None) -> tuple[str | None, str | None]:
     """(DATA, --path) with a model folder standing in for what is missing: ``CMD MODEL_DIR`` translates
-    with the folder's model, ``CMD --path MODEL_DIR`` reads the folder's dictionaries and text pipeline."""
+    with the folder's model, ``CMD --path MODEL_DIR`` reads the folder's dictionaries and text pipeline
+    (``--path DIR1:DIR2``, an ensemble of folders, reads the first one's)."""
     from nmt.model_folder.layout import is_model_folder
 
     if not path and is_model_folder(data):
         return data, data
-    if not data and path and ":" not in path and is_model_folder(path):
-        return path, path
+    folders = [p for p in (path or "").split(":") if p]
+    if not data and folders and all(is_model_folder(p) for p in folders):
+        return folders[0], path
     return data, path
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 
-def _size(parameters: int) -> str:
-    return f"{parameters / 1e6:.1f}M" if parameters >= 1e6 else f"{parameters:,}"
+def _parameters(count: int) -> str:
+    return f"{count / 1e6:.1f}M ({count:,})" if count >= 1e6 else f"{count:,}"
 
 
 def model_card(manifest: dict[str, Any], metadata: dict[str, Any]) -> str:
@@ -25,7 +25,7 @@ def model_card(manifest: dict[str, Any], metadata: dict[str, Any]) -> str:
         f"- **Architecture**: {arch_name}, {cfg.get('encoder_layers')}+{cfg.get('decoder_layers')} layers, "
         f"d_model {cfg.get('encoder_embed_dim')}, FFN {cfg.get('encoder_ffn_embed_dim')}, "
         f"{cfg.get('encoder_attention_heads')} heads",
-        f"- **Parameters**: {_size(int(manifest['parameters']))} ({int(manifest['parameters']):,})",
+        f"- **Parameters**: {_parameters(int(manifest['parameters']))}",
         f"- **Weights**: {manifest['weights']['file']} ({manifest['weights']['dtype']}, sha256 "
         f"{manifest['weights']['sha256'][:16]}...)",
         f"- **Text pipeline**: tokenizer {pipeline.get('tokenizer', {}).get('name')}, subwords "
@@ -45,6 +45,8 @@ def model_card(manifest: dict[str, Any], metadata: dict[str, Any]) -> str:
                      f"{scores['bleu']}")
         if scores.get("signature"):
             lines.append(f"- **sacreBLEU signature**: `{scores['signature']}`")
+        if scores.get("reference"):
+            lines.append(f"- **Scored against**: {scores['reference']}")
     else:
         lines.append("- **Test BLEU**: not given (pass nmt-generate's output to nmt-export --scores)")
     lines += [

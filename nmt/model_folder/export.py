@@ -14,11 +14,11 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from nmt.errors import UsageError
-from nmt.model_folder.layout import CARD, FOLDER_FORMAT, FOLDER_VERSION, MANIFEST, WEIGHTS, sha256_of
+from nmt.model_folder.layout import CARD, FOLDER_FORMAT, FOLDER_VERSION, MANIFEST, WEIGHTS, is_model_folder, sha256_of
 
 MODEL_PLUGIN_KINDS = ("arch", "attention", "positional", "criterion")  # what loading and scoring the model need
 _BLEU_LINE = re.compile(r"^Generate (\S+) with beam=(\d+): (BLEU = .*)$")
-_SIGNATURE_LINE = re.compile(r"^sacreBLEU signature: (\S+)")
+_SIGNATURE_LINE = re.compile(r"^sacreBLEU signature: (\S+)(?: \(detokenized, against (.*)\))?")
 
 
 def read_scores(path: str) -> dict[str, Any]:
@@ -34,6 +34,8 @@ def read_scores(path: str) -> dict[str, Any]:
             found.update(split=m.group(1), beam=int(m.group(2)), bleu=m.group(3))
         elif (m := _SIGNATURE_LINE.match(line)) is not None:
             found["signature"] = m.group(1)
+            if m.group(2):
+                found["reference"] = m.group(2)
     if "bleu" not in found:
         raise UsageError(f"--scores {path}: no \"Generate SPLIT with beam=N: BLEU = ...\" line; give the output "
                          "of nmt-generate (stdout, or generate-SPLIT.txt from --results-path)")
@@ -77,39 +79,55 @@ def _data_bin_files(data_dir: Path, src: str, tgt: str) -> tuple[dict[str, Any],
         files.append(name)
     kept = {key: value for key, value in meta.items() if key not in ("splits", "raw_text", "job_fingerprint")}
     kept.update(langs=langs, splits={}, dictionaries={k: v for k, v in meta["dictionaries"].items() if k in langs},
-                trained_on=str(data_dir.name), training_splits=meta["splits"])
-    if codes:
+                trained_on=data_dir.resolve().name, training_splits=meta["splits"])
+    if "codes" in pipeline["bpe"]:  # only the codes of the pair's languages, which are copied
         kept["pipeline"] = {**pipeline, "bpe": {**pipeline["bpe"], "codes": codes}}
     return kept, list(dict.fromkeys(files))
+
+
+def check_output(output: Path, force: bool) -> None:
+    """Refuse an ``--output`` nmt-export must not write: a file, a non-empty folder without ``--force``, and,
+    even with ``--force``, a non-empty folder that is not a model folder (replacing it would delete the
+    user's files, e.g. ``--output checkpoints``)."""
+    if output.exists() and not output.is_dir():
+        raise UsageError(f"--output {output} is a file; give a new folder name")
+    if not output.is_dir() or not any(output.iterdir()):
+        return
+    if not force:
+        raise UsageError(f"--output {output} exists and is not empty; give a new folder, or pass --force to "
+                         "replace it")
+    if not is_model_folder(output):
+        raise UsageError(f"--output {output} is not a model folder (no {MANIFEST}); --force only replaces a "
+                         "folder nmt-export wrote: give a new folder name")
 
 
 @contextlib.contextmanager
 def _folder_in_place(output: Path, force: bool) -> Iterator[Path]:
     """A temporary sibling of ``output`` to fill; renamed to ``output`` only when the block succeeds (an
-    existing ``output`` is replaced only with ``force``). Nothing is left behind on failure."""
-    if output.exists() and not output.is_dir():
-        raise UsageError(f"--output {output} is a file; give a new folder name")
-    if output.is_dir() and any(output.iterdir()) and not force:
-        raise UsageError(f"--output {output} exists and is not empty; give a new folder, or pass --force to "
-                         "replace it")
+    existing ``output`` is replaced only with ``force``). Nothing is left behind on failure, not even the
+    parent folders it had to create."""
+    check_output(output, force)
+    created = [p for p in (output.parent, *output.parent.parents) if not p.exists()]  # deepest first
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
     umask = os.umask(0)
     os.umask(umask)
     try:
         yield tmp
-        for item in [tmp, *tmp.iterdir()]:  # mkdtemp and safetensors make owner-only modes: give the usual ones
+        for item in [tmp, *tmp.rglob("*")]:  # mkdtemp and safetensors make owner-only modes: give the usual ones
             item.chmod((0o777 if item.is_dir() else 0o666) & ~umask)
         if output.exists():
-            old = output.with_name(f".{output.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            output.rename(old)
+            old = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".old", dir=output.parent))
+            output.rename(old)  # onto the empty folder mkdtemp made
             tmp.rename(output)
             shutil.rmtree(old, ignore_errors=True)
         else:
             tmp.rename(output)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        for folder in created:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
         raise
 
 
@@ -117,17 +135,19 @@ def export_model_folder(paths: Sequence[str], data_dir: str | Path, output: str 
                         scores: str | None = None, force: bool = False, source_lang: str | None = None,
                         target_lang: str | None = None) -> Path:
     """Write the model folder of checkpoint(s) ``paths`` (several are averaged) trained on ``data_dir``."""
+    from nmt.checkpoint.format import stored_model_config
     from nmt.checkpoint.model_fit import build_model_from_weights
     from nmt.checkpoint.verify import check_dictionaries
     from nmt.generation.inference import open_data_dir
     from nmt.model_folder.card import model_card
 
     output, data_dir = Path(output), Path(data_dir)
+    check_output(output, force)  # before the slow part; checked again just before the folder is written
     found = read_scores(scores) if scores else None
     data = open_data_dir(str(data_dir), source_lang, target_lang)
     state = _checkpoint_state(paths)
     check_dictionaries(state, paths[0], {"source": data.src_dict, "target": data.tgt_dict})
-    model_cfg = state.get("model_config") or (state.get("config") or {}).get("model") or {}
+    model_cfg = stored_model_config(state)
     model = build_model_from_weights(model_cfg, state["model"], data.src_dict, data.tgt_dict,
                                      source=f"checkpoint {paths[0]}", what="model config",
                                      fix="use the checkpoint as nmt-train wrote it")
@@ -141,15 +161,17 @@ def export_model_folder(paths: Sequence[str], data_dir: str | Path, output: str 
         "nmt_version": state.get("nmt_version"),
         "source_lang": data.src,
         "target_lang": data.tgt,
-        "model_config": state.get("model_config") or config.get("model"),
+        "model_config": model_cfg,
         "criterion": config.get("criterion"),
         "plugins": [r for r in state.get("plugins") or [] if r.get("kind") in MODEL_PLUGIN_KINDS],
         "user_dir": state.get("user_dir"),
-        "dictionaries": dict(state.get("dictionaries") or {}),
+        # the data-bin's (equal to the checkpoint's when it recorded them): a folder is always checked
+        "dictionaries": {"source": data.src_dict.fingerprint(), "target": data.tgt_dict.fingerprint()},
         "parameters": sum(p.numel() for p in model.parameters()),
         "weights": {"file": WEIGHTS, "dtype": "bfloat16" if bf16 else "float32", "tied": tied},
         "exported_from": [str(p) for p in paths],
-        "training": {"data": data_dir.name, "epoch": training.get("epoch"), "num_updates": training.get("num_updates"),
+        "training": {"data": metadata["trained_on"], "epoch": training.get("epoch"),
+                     "num_updates": training.get("num_updates"),
                      "sentences": ((metadata["training_splits"].get("train") or {}).get(data.src) or {})
                      .get("sentences")},
         "scores": found,
@@ -160,6 +182,7 @@ def export_model_folder(paths: Sequence[str], data_dir: str | Path, output: str 
         save_file(stored, str(tmp / WEIGHTS), metadata={"format": FOLDER_FORMAT})
         manifest["weights"].update(bytes=(tmp / WEIGHTS).stat().st_size, sha256=sha256_of(tmp / WEIGHTS))
         for name in files:
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(data_dir / name, tmp / name)
         (tmp / "metadata.json").write_text(json.dumps(metadata, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

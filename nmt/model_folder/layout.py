@@ -66,12 +66,17 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
     for key, kind in (("model_config", dict), ("weights", dict), ("dictionaries", dict), ("plugins", list)):
         if not isinstance(manifest.get(key), kind):
             raise CheckpointError(f"{path}: \"{key}\" is missing or of the wrong type; the file is damaged; {_FIX}")
+    if not all(isinstance(v, str) for v in manifest["dictionaries"].values()):
+        raise CheckpointError(f"{path}: \"dictionaries\" must map source/target to fingerprints; {_FIX}")
+    if not isinstance(manifest.get("criterion"), (dict, type(None))):
+        raise CheckpointError(f"{path}: \"criterion\" must be a JSON object or null; the file is damaged; {_FIX}")
     if not all(isinstance(r, dict) and isinstance(r.get("kind"), str) and isinstance(r.get("name"), str)
                for r in manifest["plugins"]):
         raise CheckpointError(f"{path}: \"plugins\" must list {{\"kind\", \"name\"}} records; {_FIX}")
     weights = manifest["weights"]
+    tied = weights.get("tied", {})
     if not (isinstance(weights.get("sha256"), str) and isinstance(weights.get("bytes"), int)
-            and isinstance(weights.get("tied", {}), dict)):
+            and isinstance(tied, dict) and all(isinstance(v, str) for v in tied.values())):
         raise CheckpointError(f"{path}: \"weights\" must give the file's \"bytes\" and \"sha256\"; {_FIX}")
     return manifest
 
