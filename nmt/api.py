@@ -26,8 +26,9 @@ from nmt.config.generate import GenerationConfig, InferenceConfig
 from nmt.errors import UsageError
 from nmt.generation.inference import DataDir, EnsembleModel, Translator
 
-# the keyword options of translate(): nmt-generate's search flags (alignments are asked for with alignment=True)
-SEARCH_OPTIONS = frozenset(f.name for f in fields(GenerationConfig)) - {"print_alignment"}
+# the search options translate() takes: nmt-generate's (print_alignment is accepted for a GenerationConfig's
+# fields given whole, as nmt-serve does, but it is alignment=True that asks for alignments)
+SEARCH_OPTIONS = frozenset(f.name for f in fields(GenerationConfig))
 
 
 @dataclass
@@ -104,12 +105,11 @@ class TranslationModel:
         """nmt-generate's GenerationConfig from keyword options, checked (a bad value is a ConfigError)."""
         from nmt.config.fields import to_dataclass
 
-        known = sorted(SEARCH_OPTIONS)
         unknown = sorted(set(options) - SEARCH_OPTIONS)
         if unknown:
-            fix = " (ask for alignments with alignment=True)" if "print_alignment" in unknown else ""
-            raise UsageError(f"translate(): unknown option(s) {', '.join(unknown)}{fix}; known: {', '.join(known)}, "
-                             "alignment, attention, max_tokens, batch_size")
+            raise UsageError(f"translate(): unknown option(s) {', '.join(unknown)}; known: "
+                             f"{', '.join(sorted(SEARCH_OPTIONS - {'print_alignment'}))}, alignment, attention, "
+                             "max_tokens, batch_size")
         search = options.get("search")
         if isinstance(search, str):
             options["search"] = {"name": search}
@@ -145,8 +145,8 @@ class TranslationModel:
                              "give raw text (str)")
         gen = self.generation_config(**options)
         ids = [self.encode(s) for s in sentences]
-        return self.translate_ids(sentences, ids, gen, alignment=alignment, attention=attention,
-                                  max_tokens=max_tokens, batch_size=batch_size)
+        return self.translate_ids(sentences, ids, gen, alignment=alignment or gen.print_alignment,
+                                  attention=attention, max_tokens=max_tokens, batch_size=batch_size)
 
     def check_lengths(self, ids: Sequence[torch.Tensor]) -> None:
         """Refuse a source longer than the model's positions, naming the sentence (0-based)."""
