@@ -29,3 +29,16 @@ def isolate_plugin_registries():
         table._entries.update(entries)
     plugin_loader._loaded_user_dirs.clear()
     plugin_loader._loaded_user_dirs.update(user_dirs)
+
+
+@pytest.fixture(scope="session")
+def exported_model(tmp_path_factory):
+    """A tiny trained model, its checkpoints and the model folders nmt-export made of them
+    (tests/model_folder_setup.py); tests that damage a folder copy it first."""
+    from model_folder_setup import make_exported_model
+
+    before = torch.get_num_threads()
+    try:
+        return make_exported_model(tmp_path_factory.mktemp("exported_model"))
+    finally:
+        torch.set_num_threads(before)  # nmt-train --num-threads 1 ran in this process
