@@ -109,6 +109,8 @@ NOT_ATOMIC_ON_PURPOSE = {
     ("nmt/data/indexed_dataset.py", "write_index"): "the .idx in the preprocess temp folder",
     ("nmt/data/preprocess.py", "_binarize_splits"): "raw/ and text/ copies in the preprocess temp folder",
     ("nmt/interop/fairseq_data.py", "convert_data_bin"): "bpe.codes copy in the import temp folder",
+    # nmt-export fills a temporary sibling of --output, renamed into place when complete (_folder_in_place)
+    ("nmt/model_folder/export.py", "export_model_folder"): "the model folder's files in the export temp folder",
 }
 _WRITE_CALLS = {("torch", "save"), ("np", "save"), ("numpy", "save"), ("np", "savez"), ("json", "dump"),
                 ("pickle", "dump"), ("yaml", "dump"), ("shutil", "copyfile"), ("shutil", "copy"), ("shutil", "copy2")}
