@@ -237,8 +237,16 @@ def test_a_failure_while_saving_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(transformer_spec.TransformerSpec, "save", half_save)
     model, src, tgt = tiny_model()
     with pytest.raises(KeyboardInterrupt):
-        export_ctranslate2(model, src, tgt, tmp_path / "ct2")
-    assert list(tmp_path.iterdir()) == []
+        export_ctranslate2(model, src, tgt, tmp_path / "new" / "folders" / "ct2")
+    assert list(tmp_path.iterdir()) == []  # neither the work folder nor the parents it made
+
+
+def test_an_unwritable_place_is_one_line(tmp_path):
+    model, src, tgt = tiny_model()
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(UsageError, match="cannot write .*file/ct2") as e:
+        export_ctranslate2(model, src, tgt, tmp_path / "file" / "ct2")
+    assert "\n" not in str(e.value) and (tmp_path / "file").read_text() == "mine"
 
 
 def test_quantized_folders_load_and_translate_and_an_unknown_type_is_refused(tmp_path):

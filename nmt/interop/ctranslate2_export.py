@@ -25,6 +25,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from nmt.data.data_dir import remove_empty
 from nmt.data.dictionary import Dictionary
 from nmt.data.work_dirs import clean_leftovers, new_work_dir, release, stop_signals_deferred
 from nmt.errors import ConfigError, UsageError
@@ -201,11 +202,14 @@ def suppressed_symbols(decoder_start: str) -> list[list[str]]:
 
 def _save(spec: Any, output: Path) -> None:
     """``spec.save`` into a private folder beside ``output``, renamed to ``output`` once complete (an
-    empty ``output`` is replaced by it); the private folder is removed on any failure."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    clean_leftovers(output)
-    tmp = new_work_dir(output, "tmp")
+    empty ``output`` is replaced by it); on any failure the private folder and the parent folders
+    this made are removed."""
+    created = [p for p in output.parents if not p.exists()]  # deepest first
+    tmp = None
     try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        clean_leftovers(output)
+        tmp = new_work_dir(output, "tmp")
         spec.save(str(tmp))
         release(tmp)
         umask = os.umask(0)
@@ -215,14 +219,15 @@ def _save(spec: Any, output: Path) -> None:
             if output.is_dir():
                 output.rmdir()  # checked empty; fails (and nothing is lost) if something appeared since
             os.replace(tmp, output)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+    except BaseException as e:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        remove_empty(created)
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
             raise DiskFullError(output, e) from None
-        raise UsageError(f"{WHO}: cannot write {output} ({e.strerror or e}); give a folder you may write "
-                         "to") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise UsageError(f"{WHO}: cannot write {output} ({e.strerror or e}); give a new or empty folder "
+                             "you may write to") from None
         raise
 
 
