@@ -24,6 +24,7 @@ import torch
 
 from nmt.config.generate import GenerationConfig
 from nmt.data.language_pair_dataset import load_language_pair
+from nmt.errors import NmtError
 from nmt.generation.inference import load_model, open_data_dir
 from nmt.interop.ctranslate2_export import export_ctranslate2, suppressed_symbols
 
@@ -32,7 +33,10 @@ def nmt_greedy(data: str, path: str, split: str, batch_size: int, threads: int) 
     """nmt-generate --beam 1's BPE'd hypothesis of every sentence (its H- lines), and its speed line."""
     argv = [sys.executable, "-c", "from nmt.cli.generate import main; main()", data, "--path", path,
             "--gen-subset", split, "--beam", "1", "--batch-size", str(batch_size), "--threads", str(threads)]
-    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    run = subprocess.run(argv, capture_output=True, text=True)
+    if run.returncode:
+        raise click.ClickException(f"nmt-generate failed: {(run.stderr.strip().splitlines() or ['?'])[-1]}")
+    out = run.stdout
     hyps = {}
     for line in out.splitlines():
         if line.startswith("H-"):
@@ -52,6 +56,14 @@ def nmt_greedy(data: str, path: str, split: str, batch_size: int, threads: int) 
 @click.option("--show", default=3, show_default=True, help="Differences to print.")
 def main(data: str, path: str, split: str, quantization: str | None, batch_size: int, threads: int,
          show: int) -> None:
+    try:
+        compare(data, path, split, quantization, batch_size, threads, show)
+    except NmtError as e:  # a wrong path or option: one line, as nmt's commands print it
+        raise click.ClickException(str(e)) from None
+
+
+def compare(data: str, path: str, split: str, quantization: str | None, batch_size: int, threads: int,
+            show: int) -> None:
     import ctranslate2
 
     pair = open_data_dir(data, None, None)
