@@ -91,7 +91,9 @@ def compare(data: str, path: str, split: str, quantization: str | None, batch_si
     print(f"nmt-generate --beam 1 (fp32): {nmt_speed}")
     print(f"CTranslate2 {ctranslate2.__version__} greedy ({quantization or 'float32'}): "
           f"{len(sources) / seconds:.1f} sentences/s")
-    print(f"{same}/{len(sources)} identical ({100 * same / len(sources):.1f}%)")
+    lengths = [len(h) for h in theirs]
+    print(f"{same}/{len(sources)} identical ({100 * same / len(sources):.1f}%); CTranslate2's hypotheses: "
+          f"{sum(lengths) / len(lengths):.1f} tokens on average, {lengths.count(max_len)} cut at the limit")
     for k in differ[:show]:
         print(f"  sentence {k}\n    nmt:         {' '.join(ours.get(k, []))}\n    CTranslate2: {' '.join(theirs[k])}")
 
