@@ -18,7 +18,7 @@ def run(cfg: ExportJob) -> None:
         raise UsageError("--output DIR is required: the model folder to write")
     paths = checkpoint_paths(cfg.path)
     if cfg.format == "ctranslate2":
-        _export_ctranslate2(cfg, paths)
+        _export_ctranslate2(cfg, paths, cfg.output)
         return
     from nmt.model_folder.export import export_model_folder
     from nmt.model_folder.layout import is_model_folder
@@ -35,15 +35,16 @@ def run(cfg: ExportJob) -> None:
     click.echo(f"exported {', '.join(paths)} into {out} (load it with nmt.load, nmt-serve or nmt-interactive)")
 
 
-def _export_ctranslate2(cfg: ExportJob, paths: list[str]) -> None:
+def _export_ctranslate2(cfg: ExportJob, paths: list[str], output: str) -> None:
     from nmt.generation.inference import load_model, model_and_data, open_data_dir
     from nmt.interop.ctranslate2_export import export_ctranslate2
 
     if len(paths) > 1:
         raise UsageError("--format ctranslate2 exports one model: average the checkpoints first "
                          "(nmt-average-checkpoints) or export them as an nmt folder")
-    if cfg.bf16 or cfg.scores:
-        raise UsageError("--bf16 and --scores apply to --format nmt; for CTranslate2 use --quantization")
+    if cfg.bf16 or cfg.scores or cfg.force:
+        raise UsageError("--bf16, --scores and --force apply to --format nmt; for CTranslate2 use --quantization "
+                         "and a new (or empty) --output folder")
     data, path = model_and_data(cfg.data, paths[0])
     if not data:
         raise UsageError("DATA is required: the data-bin the checkpoint was trained on (or give a model folder "
@@ -51,7 +52,7 @@ def _export_ctranslate2(cfg: ExportJob, paths: list[str]) -> None:
     assert path is not None
     folder = open_data_dir(data, cfg.source_lang, cfg.target_lang)
     model = load_model(path, folder.src_dict, folder.tgt_dict)
-    out = export_ctranslate2(model, folder.src_dict, folder.tgt_dict, cfg.output, quantization=cfg.quantization)
+    out = export_ctranslate2(model, folder.src_dict, folder.tgt_dict, output, quantization=cfg.quantization)
     click.echo(f"exported {path} into {out} for CTranslate2 (ctranslate2.Translator(\"{out}\"); give it BPE'd "
                "tokens followed by </s>)")
 

@@ -267,3 +267,33 @@ def test_a_bf16_model_is_exported_in_float32(tmp_path):
     model, src, tgt = tiny_model()
     folder = export_ctranslate2(model.to(torch.bfloat16), src, tgt, tmp_path / "ct2")
     assert len(ct2_greedy(folder, model, sentences())) == 12
+
+
+def test_nmt_export_format_ctranslate2_from_a_checkpoint_and_from_a_model_folder(exported_model, tmp_path):
+    """The command: checkpoint + data-bin, or a model folder alone; CTranslate2 then translates the test split
+    as nmt-generate --beam 1 does."""
+    import re
+
+    from model_folder_setup import export
+    from test_generate_setup import call_cli
+
+    from nmt.cli.generate import main as generate_main
+
+    m = exported_model
+    from_checkpoint, from_folder = tmp_path / "ct2-ckpt", tmp_path / "ct2-folder"
+    assert export(m.data, "--path", m.pair[-1], "--format", "ctranslate2", "--output", from_checkpoint) == 0
+    assert export("--path", m.folder, "--format", "ctranslate2", "--output", from_folder) == 0
+    assert export(m.data, "--path", m.pair[-1], "--format", "ctranslate2", "--output", tmp_path / "x",
+                  "--force") == 2
+    capture = tmp_path / "gen"
+    assert call_cli(generate_main, [m.data, "--path", m.pair[-1], "--beam", "1", "--threads", "1",
+                                    "--results-path", capture]) == 0
+    out = (capture / "generate-test.txt").read_text(encoding="utf-8")
+    sources = dict(re.findall(r"^S-(\d+)\t(.*)$", out, re.M))
+    best = dict(re.findall(r"^H-(\d+)\t\S+\t(.*)$", out, re.M))
+    ids = sorted(sources, key=int)
+    for folder in (from_checkpoint, from_folder):
+        translator = ctranslate2.Translator(str(folder), device="cpu", intra_threads=1)
+        found = translator.translate_batch([sources[i].split() + ["</s>"] for i in ids], beam_size=1,
+                                           max_decoding_length=200, suppress_sequences=suppressed_symbols("<s>"))
+        assert [" ".join(r.hypotheses[0]) for r in found] == [best[i] for i in ids]
