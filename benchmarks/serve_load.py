@@ -5,7 +5,7 @@ request (OpenNMT-py's POST /translate), from 1, 8, 32 and 64 concurrent clients,
 requests and seconds; each client keeps one HTTP/1.1 connection. Printed per level: sentences/s, p50 and
 p95 latency, and sentences/s as a share of ``nmt-generate --batch-size 128``'s (the search time it
 reports, loading excluded: the stricter comparison). Then the latency of one 13-token sentence sent
-alone, repeatedly.
+alone, repeatedly, with the server's beam and greedy.
 
     python benchmarks/serve_load.py                      # the peer fairseq model, imported and exported
     python benchmarks/serve_load.py --model MODEL_DIR --data DATA_BIN [--beam 5] [--threads 2]
@@ -93,9 +93,10 @@ class Server:
         self.process.wait(60)
 
 
-def load_level(server: Server, sentences: list[str], clients: int, max_requests: int, max_seconds: float
-               ) -> tuple[float, list[float], int]:
-    """(sentences/s, latencies in s, errors) of ``clients`` concurrent clients sending one sentence per request."""
+def load_level(server: Server, sentences: list[str], clients: int, max_requests: int, max_seconds: float,
+               beam: int | None = None) -> tuple[float, list[float], int]:
+    """(sentences/s, latencies in s, errors) of ``clients`` concurrent clients sending one sentence per request
+    (OpenNMT-py's /translate; with ``beam``, the native /v1/translate asking for that beam)."""
     latencies: list[float] = []
     errors = [0]
     next_index = [0]
@@ -110,14 +111,17 @@ def load_level(server: Server, sentences: list[str], clients: int, max_requests:
                     return
                 i = next_index[0]
                 next_index[0] += 1
-            body = json.dumps([{"src": sentences[i % len(sentences)], "id": 100}])
+            sentence = sentences[i % len(sentences)]
+            path, request = (("/translate", [{"src": sentence, "id": 100}]) if beam is None
+                             else ("/v1/translate", {"text": [sentence], "beam": beam}))
+            body = json.dumps(request).encode()  # bytes: http.client sends headers and body in one packet
             start = time.perf_counter()
-            connection.request("POST", "/translate", body, {"Content-Type": "application/json"})
+            connection.request("POST", path, body, {"Content-Type": "application/json"})
             response = connection.getresponse()
             payload = response.read()
             took = time.perf_counter() - start
             with lock:
-                if response.status == 200 and json.loads(payload)[0][0]["tgt"] is not None:
+                if response.status == 200 and json.loads(payload):
                     latencies.append(took)
                 else:
                     errors[0] += 1
@@ -173,9 +177,11 @@ def main(model: str | None, data: str | None, beam: int, threads: int, clients: 
 
             tokens = load(str(model_dir), threads=1).tokenize
             thirteen = next(s for s in sentences if len(tokens(s)) == 13)
-            _, latencies, _ = load_level(server, [thirteen], 1, latency_requests, max_seconds)
-            print(f"one 13-token sentence alone ({thirteen!r}), {len(latencies)} requests: median "
-                  f"{statistics.median(latencies) * 1000:.1f} ms, p95 {percentile(latencies, 0.95) * 1000:.1f} ms")
+            for search in sorted({beam, 1}, reverse=True):
+                _, latencies, _ = load_level(server, [thirteen], 1, latency_requests, max_seconds, beam=search)
+                print(f"one 13-token sentence alone ({thirteen!r}), beam {search}, {len(latencies)} requests: "
+                      f"median {statistics.median(latencies) * 1000:.1f} ms, p95 "
+                      f"{percentile(latencies, 0.95) * 1000:.1f} ms")
         finally:
             server.stop()
 
