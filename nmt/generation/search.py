@@ -19,6 +19,8 @@ from nmt.registry import SEARCH
 
 NEG_INF = float("-inf")
 REFILL_AT = 0.5  # refill the running batch when fewer than this share of its sentences are left
+LIVE_JOIN_SHARE = 0.25  # a live source's waiting sentences join once they are this share of the running ones
+LIVE_MAX_WAIT = 4  # ... or once they have waited this many steps
 DEFER_AT = 1 / 16  # strategies that do not refill: set aside a batch's last sentences at this share
 
 SourceBatch = tuple[list[int], torch.Tensor, torch.Tensor]  # sentence ids, src_tokens (B, S), src_lengths (B,)
@@ -208,6 +210,7 @@ class SentenceQueue:
         self.pad = pad
         self.refill = refill
         self.capacity: int | None = self.live_capacity(batches)
+        self._held = 0  # steps a live source's waiting sentences have been held back
 
     @staticmethod
     def live_capacity(batches: Iterable[SourceBatch]) -> int | None:
@@ -243,7 +246,10 @@ class SentenceQueue:
         if not self._waiting and not self._fetch():
             return None
         size = self._waiting[0][2]
-        if running and not (self.refill and running < (size if self.capacity else REFILL_AT * size)):
+        if self.capacity:
+            if not self._live_start(running):
+                return None
+        elif running and not (self.refill and running < REFILL_AT * size):
             return None
         room = size - running
         while len(self._waiting) < room and self._fetch():
@@ -254,6 +260,24 @@ class SentenceQueue:
         for r, (_, t, _) in enumerate(chosen):
             tokens[r, : len(t)] = t
         return [i for i, _, _ in chosen], tokens, lengths
+
+    def _live_start(self, running: int) -> bool:
+        """Whether a live source's waiting sentences start now: when nothing runs, or there is room and they
+        are LIVE_JOIN_SHARE of the running ones or have waited LIVE_MAX_WAIT steps. Joining costs a copy of
+        every running row's cache, so sentences that trickle in join in groups rather than one per step."""
+        assert self.capacity is not None
+        while len(self._waiting) < self.capacity and self._fetch():
+            pass
+        if not running:
+            self._held = 0
+            return True
+        if running >= self.capacity or not self.refill:
+            return False
+        self._held += 1
+        if len(self._waiting) < LIVE_JOIN_SHARE * running and self._held < LIVE_MAX_WAIT:
+            return False
+        self._held = 0
+        return True
 
     def should_defer(self, running: int, size: int) -> bool:
         """Whether to set aside the ``running`` last sentences of a batch of ``size``: few are left

@@ -170,7 +170,10 @@ class DynamicBatcher:
                     if len(job.found) == len(job.ids):
                         self._answer(job)
         except BaseException as e:  # noqa: BLE001 - the jobs hear of the failure; the worker goes on
-            for job, _ in source.rows.values():
+            running = [job for job, _ in source.rows.values()]
+            # a failure before the search took anything (building it) fails the jobs it was started for,
+            # which would otherwise start it again, forever
+            for job in running or self.take_matching(key):
                 if not job.future.done():
                     job.future.set_exception(e)
 

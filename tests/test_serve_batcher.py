@@ -1,0 +1,141 @@
+"""Dynamic batching without HTTP: jobs submitted from many threads are searched together on a live source
+and each gets exactly what translating its sentences alone gives; a full queue and a failing search are
+reported to the jobs concerned, and the worker goes on."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from nmt.api import load
+from nmt.generation.inference import pad_batch
+from nmt.generation.search import SentenceQueue
+from nmt.serve.batcher import DynamicBatcher, Job, QueueFull
+
+SENTENCES = ["a b c", "d e", "f g h i", "b a", "c c d e f", "g", "h i a b", "e d c"]
+
+
+@pytest.fixture(scope="module")
+def model(exported_model):
+    return load(str(exported_model.folder), threads=1)
+
+
+def batcher(model, **limits) -> DynamicBatcher:
+    options = {"max_tokens": 8192, "max_sentences": 4, "wait_seconds": 0.0, "max_queue": 64, **limits}
+    return DynamicBatcher(model, **options)
+
+
+def test_jobs_from_many_threads_get_what_each_sentence_gets_alone(model):
+    gen = model.generation_config(beam=3)
+    alone = {s: model.translate_detailed([s], beam=3)[0] for s in SENTENCES}
+    worker = batcher(model)
+    worker.start()
+    answers: dict[str, list] = {}
+
+    def client(k: int) -> None:
+        chosen = [SENTENCES[k], SENTENCES[(k + 3) % len(SENTENCES)]]
+        found = worker.submit(Job(chosen, [model.encode(s) for s in chosen], gen)).result(timeout=120)
+        answers[f"{k}"] = list(zip(chosen, found))
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(len(SENTENCES))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    worker.close(60)
+    assert len(answers) == len(SENTENCES)
+    for pairs in answers.values():
+        for sentence, translation in pairs:
+            assert translation.source == sentence
+            assert [h.tokens for h in translation.hypotheses] == [h.tokens for h in alone[sentence].hypotheses]
+    assert worker.stats.sentences == 2 * len(SENTENCES)
+
+
+def test_jobs_with_other_options_wait_for_their_own_search(model):
+    worker = batcher(model)
+    wide, greedy = model.generation_config(beam=3, nbest=2), model.generation_config(beam=1)
+    futures = [worker.submit(Job([s], [model.encode(s)], gen, attention=k == 0))
+               for k, (s, gen) in enumerate(zip(SENTENCES, [wide, greedy] * 4))]
+    worker.start()
+    results = [f.result(timeout=120)[0] for f in futures]
+    worker.close(60)
+    assert [len(r.hypotheses) for r in results] == [2, 1] * 4
+    assert results[0].attention is not None and results[1].attention is None
+    assert worker.stats.streams >= 2
+
+
+def test_a_full_queue_refuses_and_a_closed_one_too(model):
+    gen = model.generation_config(beam=1)
+    worker = batcher(model, max_queue=3)
+    worker.submit(Job(SENTENCES[:2], [model.encode(s) for s in SENTENCES[:2]], gen))
+    with pytest.raises(QueueFull, match="at most 3"):
+        worker.submit(Job(SENTENCES[2:4], [model.encode(s) for s in SENTENCES[2:4]], gen))
+    worker.start()
+    worker.close(60)
+    with pytest.raises(QueueFull, match="shutting down"):
+        worker.submit(Job(SENTENCES[:1], [model.encode(SENTENCES[0])], gen))
+
+
+def test_a_failing_search_fails_its_jobs_and_the_worker_goes_on(model, monkeypatch):
+    gen = model.generation_config(beam=2)
+    worker = batcher(model)
+    translator = model.translator(gen)
+    original = translator.translate_stream
+    calls = []
+
+    def broken_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(translator, "translate_stream", broken_once)
+    worker.start()
+    failed = worker.submit(Job(SENTENCES[:1], [model.encode(SENTENCES[0])], gen))
+    with pytest.raises(RuntimeError, match="boom"):
+        failed.result(timeout=60)
+    fine = worker.submit(Job(SENTENCES[:1], [model.encode(SENTENCES[0])], gen)).result(timeout=60)
+    worker.close(60)
+    assert fine[0].hypotheses
+
+
+class Live:
+    """A live source: what was put in it so far, then StopIteration until more comes."""
+
+    capacity = 8
+
+    def __init__(self):
+        self.waiting: list = []
+
+    def put(self, ids: list[int]) -> None:
+        rows = [torch.tensor([5 + i, 2]) for i in ids]
+        self.waiting.append((ids, *pad_batch(rows, 1)))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self.waiting:
+            raise StopIteration
+        return self.waiting.pop(0)
+
+
+def test_a_live_source_joins_in_groups_and_never_beyond_capacity():
+    source = Live()
+    queue = SentenceQueue(source, pad=1, refill=True)
+    source.put([0, 1])
+    assert queue.take(0)[0] == [0, 1]  # nothing runs: start at once
+    source.put([2])
+    assert queue.take(8) is None  # no room
+    assert queue.take(7) is None  # 1 waiting < a quarter of 7 running: held back ...
+    for _ in range(2):
+        assert queue.take(7) is None
+    assert queue.take(7)[0] == [2]  # ... for at most LIVE_MAX_WAIT steps
+    source.put([3, 4])
+    assert queue.take(4)[0] == [3, 4]  # 2 waiting >= a quarter of 4 running
+    source.put(list(range(5, 15)))
+    assert queue.take(2)[0] == [5, 6, 7, 8, 9, 10]  # up to capacity
+    assert queue.take(0)[0] == [11, 12, 13, 14]
+    assert queue.take(0) is None and queue.empty()
