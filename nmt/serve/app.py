@@ -30,6 +30,7 @@ from nmt.serve.schemas import ErrorResponse, NativeRequest, NativeResponse, Onmt
 
 RETRY_AFTER_SECONDS = 1
 _ONMT_REQUEST = TypeAdapter(list[OnmtSentence])
+_NATIVE_REQUEST = TypeAdapter(NativeRequest)
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse} for code in (400, 404, 413, 422, 503)}
 
@@ -69,10 +70,15 @@ async def read_json(request: Request, limit: int) -> Any:
         raise ApiError(400, f"request body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
 
 
-def _validation_message(error: ValidationError) -> str:
-    first = error.errors()[0]
-    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"]).lstrip(".") or "body"
-    return f"{where}: {first['msg']}"
+async def read_request(request: Request, shape: TypeAdapter, limit: int) -> Any:
+    """The body read as JSON (``read_json``) and validated against ``shape``; the first problem, with where it
+    is (``[0].src``), is a 400."""
+    try:
+        return shape.validate_python(await read_json(request, limit))
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"]).lstrip(".") or "body"
+        raise ApiError(400, f"{where}: {first['msg']}") from None
 
 
 class TranslationService:
@@ -187,10 +193,7 @@ def build_app(service: TranslationService) -> FastAPI:
               openapi_extra=openapi_body(_ONMT_REQUEST.json_schema()))
     async def translate_onmt(request: Request) -> Any:
         """OpenNMT-py's request and answer: ``[{"src": ..., "id": N}]`` -> one list per n-best rank."""
-        try:
-            items = _ONMT_REQUEST.validate_python(await read_json(request, cfg.max_body_bytes))
-        except ValidationError as e:
-            raise ApiError(400, _validation_message(e)) from None
+        items = await read_request(request, _ONMT_REQUEST, cfg.max_body_bytes)
         for k, item in enumerate(items):
             if item.id is not None and item.id != cfg.model_id:
                 raise ApiError(404, f"[{k}].id: no model with id {item.id}; this server serves model "
@@ -202,13 +205,10 @@ def build_app(service: TranslationService) -> FastAPI:
         return JSONResponse(onmt_answer(sentences, found, gen.nbest))
 
     @app.post(f"{root}/v1/translate", response_model=NativeResponse, responses=_ERRORS,
-              openapi_extra=openapi_body(NativeRequest.model_json_schema()))
+              openapi_extra=openapi_body(_NATIVE_REQUEST.json_schema()))
     async def translate_native(request: Request) -> Any:
         """nmt's request: sentences plus beam, n-best, alignment and attention weights on request."""
-        try:
-            req = NativeRequest.model_validate(await read_json(request, cfg.max_body_bytes))
-        except ValidationError as e:
-            raise ApiError(400, _validation_message(e)) from None
+        req = await read_request(request, _NATIVE_REQUEST, cfg.max_body_bytes)
         service.check_sentences(req.text, "text")
         gen = service.search(req.search_options())
         found = await service.translate(req.text, gen, "text", alignment=req.alignment, attention=req.attention)
