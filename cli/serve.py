@@ -42,7 +42,11 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 
 def run(cfg: ServeJob) -> None:
-    import uvicorn
+    try:
+        import fastapi  # noqa: F401  (nmt.serve.app is built on it)
+        import uvicorn
+    except ImportError:
+        raise UsageError("nmt-serve needs FastAPI and uvicorn: pip install 'nmt[serve]'") from None
 
     from nmt.api import load
     from nmt.generation.inference import model_and_data

@@ -139,3 +139,16 @@ def test_a_live_source_joins_in_groups_and_never_beyond_capacity():
     assert queue.take(2)[0] == [5, 6, 7, 8, 9, 10]  # up to capacity
     assert queue.take(0)[0] == [11, 12, 13, 14]
     assert queue.take(0) is None and queue.empty()
+
+
+def test_nmt_serve_without_its_extra_says_how_to_install_it(exported_model, monkeypatch, capsys):
+    import sys
+
+    from test_generate_setup import call_cli
+
+    from nmt.cli.serve import main
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn now raises ImportError
+    assert call_cli(main, [exported_model.folder, "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "nmt-serve: error: nmt-serve needs FastAPI and uvicorn: pip install 'nmt[serve]'"
