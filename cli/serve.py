@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import signal
 import socket
+import threading
 from typing import Any
 
 import click
@@ -63,7 +64,7 @@ def run(cfg: ServeJob) -> None:
                              wait_seconds=cfg.batch_wait_ms / 1000, max_queue=cfg.max_queue)
     service = TranslationService(model, batcher, cfg)
     service.search({})  # the default search is checked before the first request
-    app = build_app(service)
+    app = build_app(service, start_batcher=False)
     host, port = sock.getsockname()[:2]
     root = "/" + cfg.url_root.strip("/") if cfg.url_root.strip("/") else ""
     shown = f"[{host}]" if ":" in host else host
@@ -71,19 +72,26 @@ def run(cfg: ServeJob) -> None:
                f"(POST {root}/translate, POST {root}/v1/translate, docs at {root}/docs)", err=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                                            timeout_graceful_shutdown=int(cfg.drain_seconds)))
-    # uvicorn drains on SIGTERM/SIGINT, then raises the signal again for the handler it found installed: a
-    # handler that only returns makes that a clean exit (0) instead of a death by signal
-    previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def http() -> None:  # uvicorn in a thread; it drains on should_exit, then its lifespan closes the batcher
+        try:
+            server.run(sockets=[sock])
+        finally:
+            batcher.close(0)
+
+    def stop(signum: int, frame: Any) -> None:
+        server.should_exit = True
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    thread = threading.Thread(target=http, name="nmt-http", daemon=True)
     try:
-        server.run(sockets=[sock])
+        thread.start()
+        batcher.run()  # the searches, in the main thread (see DynamicBatcher.run), until the server stops
+        thread.join()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     click.echo(f"nmt-serve: stopped after {batcher.stats.sentences} sentences", err=True)
-
-
-def _stopped(signum: int, frame: Any) -> None:
-    """The signal was handled (uvicorn drained the requests); nothing more to do."""
 
 
 main = config_command("nmt-serve", ServeJob, run, help=__doc__, arguments={"data": "data"})

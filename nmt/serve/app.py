@@ -151,14 +151,17 @@ class TranslationService:
                                    "lenpen": self.cfg.generation.lenpen}}
 
 
-def build_app(service: TranslationService) -> FastAPI:
-    """The FastAPI app serving ``service`` under ``--url-root``; the batcher runs while the app does."""
+def build_app(service: TranslationService, start_batcher: bool = True) -> FastAPI:
+    """The FastAPI app serving ``service`` under ``--url-root``. With ``start_batcher`` the batcher's worker runs
+    in a thread while the app does; without, the caller runs it (``DynamicBatcher.run``); either way it is
+    closed when the app shuts down."""
     cfg = service.cfg
     root = "/" + cfg.url_root.strip("/") if cfg.url_root.strip("/") else ""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        service.batcher.start()
+        if start_batcher:
+            service.batcher.start()
         yield
         await asyncio.get_running_loop().run_in_executor(None, service.batcher.close, cfg.drain_seconds)
 
