@@ -66,7 +66,7 @@ def run(cfg: ServeJob) -> None:
     service.search({})  # the default search is checked before the first request
     app = build_app(service, start_batcher=False)
     host, port = sock.getsockname()[:2]
-    root = "/" + cfg.url_root.strip("/") if cfg.url_root.strip("/") else ""
+    root = cfg.route_prefix()
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"nmt-serve: {model.source_lang}->{model.target_lang} model {path} on http://{shown}:{port}{root}/ "
                f"(POST {root}/translate, POST {root}/v1/translate, docs at {root}/docs)", err=True)

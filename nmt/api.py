@@ -87,7 +87,7 @@ class TranslationModel:
     @property
     def max_source_positions(self) -> int:
         """The longest source (model tokens, </s> included) the model takes."""
-        return min(int(m.cfg.max_source_positions) for m in self.ens.models)
+        return self.ens.max_source_positions()
 
     @property
     def parameters(self) -> int:
@@ -118,11 +118,9 @@ class TranslationModel:
     def translator(self, gen: GenerationConfig) -> Translator:
         """The search ``gen`` configures for this model (kept per distinct configuration)."""
         from nmt.generation.inference import search_for
-        from nmt.registry import SEARCH
 
         key = repr(gen)
-        if key not in self._translators:
-            SEARCH.options(gen.search["name"], gen.search, flag="search")  # a bad option fails here, once
+        if key not in self._translators:  # building the search checks its options (SEARCH.build)
             self._translators[key] = Translator(self.ens, search_for(gen, self.ens, self.data, self.seed))
         return self._translators[key]
 
@@ -148,21 +146,14 @@ class TranslationModel:
         return self.translate_ids(sentences, ids, gen, alignment=alignment or gen.print_alignment,
                                   attention=attention, max_tokens=max_tokens, batch_size=batch_size)
 
-    def check_lengths(self, ids: Sequence[torch.Tensor]) -> None:
-        """Refuse a source longer than the model's positions, naming the sentence (0-based)."""
-        from nmt.generation.guards import check_lengths
-
-        check_lengths([len(i) for i in ids], self.max_source_positions, lambda k: f"sentence {k}", "source",
-                      "split the sentence")
-
     def translate_ids(self, sentences: Sequence[str], ids: Sequence[torch.Tensor], gen: GenerationConfig, *,
                       alignment: bool = False, attention: bool = False, max_tokens: int = 8192,
                       batch_size: int = 128) -> list[Translation]:
         """``translate_detailed`` for sources already encoded (``encode``): what a server batching the
         sentences of several requests calls."""
-        self.check_lengths(ids)
         with self.lock:
             translator = self.translator(gen)
+            translator.check_source_lengths([len(i) for i in ids], lambda k: f"sentence {k}")  # k: 0-based
             found = dict(translator.translate_stream(self._batches(ids, max_tokens, batch_size),
                                                      need_attn=alignment))
             return [self.translation(sentences[k], ids[k], found[k], alignment=alignment, attention=attention)
@@ -181,16 +172,12 @@ class TranslationModel:
             yield rows, src_tokens, src_lengths
 
     def _attention(self, src: torch.Tensor, hyp: Any) -> torch.Tensor:
-        """(layers, heads, T, S) encoder-decoder attention of ``hyp``, from one teacher-forced pass."""
-        from nmt.generation.inference import decoder_start
+        """(layers, heads, T, S) encoder-decoder attention of ``hyp`` in the first model."""
+        from nmt.generation.inference import decoder_start, teacher_forced_attention
 
-        model = self.ens.models[0]
         start = decoder_start(self.ens, self.data.tgt_dict)
         first = self.data.tgt_dict.bos() if start is None else start
-        prev = torch.cat([torch.tensor([first]), hyp.tokens[:-1]]).unsqueeze(0)
-        with torch.inference_mode():
-            layers = model.attention_weights(src.unsqueeze(0), torch.tensor([len(src)]), prev)["cross"]
-        return torch.stack([w[0].float() for w in layers])
+        return teacher_forced_attention(self.ens.models[0], src, hyp.tokens, first)
 
     def translation(self, sentence: str, src: torch.Tensor, hyps: list[Any], *, alignment: bool = False,
                     attention: bool = False) -> Translation:

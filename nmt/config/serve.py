@@ -36,3 +36,8 @@ class ServeJob(TranslateJob):
     max_body_bytes: int = opt(4 << 20, "Request body size at most, in bytes (413 beyond).", low=1, group=SERVE)
     drain_seconds: float = opt(30.0, "On SIGTERM/Ctrl-C: how long in-flight requests may take to finish before the "
                                      "server exits.", low=0, group=SERVE)
+
+    def route_prefix(self) -> str:
+        """--url-root as routes start with it: "" or "/translator" (one leading slash, no trailing one)."""
+        root = self.url_root.strip("/")
+        return f"/{root}" if root else ""

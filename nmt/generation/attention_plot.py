@@ -34,15 +34,14 @@ def plot_cross_attention(model: Any, src_tokens: torch.Tensor, hyp: Hypothesis, 
     """Save ``folder/sent{sid}_layer{L}_head{h}.png`` for every head of decoder layer ``layer``.
 
     ``src_tokens`` (S,) is the unpadded source (eos included); ``data`` has src_dict/tgt_dict."""
+    from nmt.generation.inference import teacher_forced_attention
+
     plt = _pyplot()
-    src = src_tokens.unsqueeze(0)  # (1, S)
-    prev = torch.cat([torch.tensor([data.tgt_dict.bos()]), hyp.tokens[:-1]]).unsqueeze(0)  # (1, T)
-    with torch.inference_mode():
-        weights = model.attention_weights(src, torch.tensor([src.size(1)]), prev)["cross"]
+    weights = teacher_forced_attention(model, src_tokens, hyp.tokens, data.tgt_dict.bos())  # (L, H, T, S)
     if not -len(weights) <= layer < len(weights):
         raise UsageError(f"--attention-layer {layer}: the decoder has {len(weights)} layers (use 0..{len(weights) - 1}"
                          " or -1 for the last)")
-    attn = weights[layer][0].float()  # (H, T, S)
+    attn = weights[layer]  # (H, T, S)
     src_labels = [data.src_dict[i] for i in src_tokens.tolist()]
     tgt_labels = [data.tgt_dict[i] for i in hyp.tokens.tolist()]
     out_dir = Path(folder)

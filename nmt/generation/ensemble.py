@@ -74,6 +74,10 @@ class EnsembleModel:
         self.can_merge = all(_can_merge(m) for m in self.models)  # searches may then refill finished rows
         self.can_share_encoder = all(_can_share_encoder(m) for m in self.models)  # beams may share encoder rows
 
+    def max_source_positions(self) -> int:
+        """The longest source every member was built for (its model config's max source positions)."""
+        return min(int(m.cfg.max_source_positions) for m in self.models)
+
     def max_target_positions(self) -> int:
         """The longest output every member can position-encode (its max target positions)."""
         limits = []

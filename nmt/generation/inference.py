@@ -172,7 +172,7 @@ class Translator:
 
     def max_source_positions(self) -> int:
         """The longest source every model of the ensemble was built for."""
-        return min(int(m.cfg.max_source_positions) for m in self.ens.models)
+        return self.ens.max_source_positions()
 
     def check_source_lengths(self, lengths: Sequence[int] | np.ndarray, where: Callable[[int], str],
                              fix: str = "split the sentence") -> None:
@@ -220,6 +220,16 @@ def decoder_start(ens: EnsembleModel, tgt_dict: Any) -> int | None:
                          "(nmt-trained and fairseq-imported); ensemble models of one kind")
     symbol = symbols.pop()
     return None if symbol == "<s>" else tgt_dict.index(symbol)
+
+
+def teacher_forced_attention(model: Any, src_tokens: torch.Tensor, tokens: torch.Tensor, first: int) -> torch.Tensor:
+    """(layers, heads, T, S) encoder-decoder attention of one translation: ``tokens`` (T,) fed back to the model
+    after the decoder's ``first`` symbol, over ``src_tokens`` (S,), in one teacher-forced pass (the search never
+    has to keep every head of every layer)."""
+    prev = torch.cat([torch.tensor([first]), tokens[:-1]]).unsqueeze(0)  # (1, T)
+    with torch.inference_mode():
+        layers = model.attention_weights(src_tokens.unsqueeze(0), torch.tensor([len(src_tokens)]), prev)["cross"]
+    return torch.stack([w[0].float() for w in layers])
 
 
 def hard_alignment(attn: torch.Tensor, src_len: int) -> list[tuple[int, int]]:

@@ -156,7 +156,7 @@ def build_app(service: TranslationService, start_batcher: bool = True) -> FastAP
     in a thread while the app does; without, the caller runs it (``DynamicBatcher.run``); either way it is
     closed when the app shuts down."""
     cfg = service.cfg
-    root = "/" + cfg.url_root.strip("/") if cfg.url_root.strip("/") else ""
+    root = cfg.route_prefix()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -99,7 +99,7 @@ class DynamicBatcher:
         self._queued = 0  # sentences in self._jobs
         self._cond = threading.Condition()
         self._closing = False
-        self._thread = threading.Thread(target=self._run, name="nmt-batcher", daemon=True)
+        self._thread = threading.Thread(target=self.run, name="nmt-batcher", daemon=True)
 
     def start(self) -> None:
         """Run the worker in a thread of its own (``run`` runs it in the calling thread instead)."""
@@ -109,7 +109,8 @@ class DynamicBatcher:
         """The worker's loop, in the calling thread, until ``close``. nmt-serve runs it in the main thread: torch's
         OpenMP threads work at full speed only for the thread that created them (a 2-thread search from another
         thread took 107 ms where the main thread took 45 on this machine)."""
-        self._run()
+        while (oldest := self._wait_for_work()) is not None:
+            self._search(oldest.key, oldest.gen)
 
     def close(self, timeout: float | None = None) -> None:
         """Finish the queued jobs, then stop the worker."""
@@ -161,10 +162,6 @@ class DynamicBatcher:
                     break
                 self._cond.wait(left)
             return self._jobs[0]
-
-    def _run(self) -> None:
-        while (oldest := self._wait_for_work()) is not None:
-            self._search(oldest.key, oldest.gen)
 
     def _search(self, key: tuple[str, bool], gen: GenerationConfig) -> None:
         """One streaming search over the live source of ``key``'s jobs, answering each job when it is done."""
