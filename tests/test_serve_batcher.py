@@ -11,7 +11,7 @@ import torch
 
 from nmt.api import load
 from nmt.generation.inference import pad_batch
-from nmt.generation.search import SentenceQueue
+from nmt.generation.search import LIVE_JOIN_AGE, SentenceQueue
 from nmt.serve.batcher import DynamicBatcher, Job, QueueFull
 
 SENTENCES = ["a b c", "d e", "f g h i", "b a", "c c d e f", "g", "h i a b", "e d c"]
@@ -122,23 +122,66 @@ class Live:
         return self.waiting.pop(0)
 
 
-def test_a_live_source_joins_in_groups_and_never_beyond_capacity():
+def test_a_live_source_joins_young_groups_starts_new_ones_and_never_exceeds_capacity():
     source = Live()
     queue = SentenceQueue(source, pad=1, refill=True)
     source.put([0, 1])
     assert queue.take(0)[0] == [0, 1]  # nothing runs: start at once
     source.put([2])
-    assert queue.take(8) is None  # no room
-    assert queue.take(7) is None  # 1 waiting < a quarter of 7 running: held back ...
-    for _ in range(2):
-        assert queue.take(7) is None
-    assert queue.take(7)[0] == [2]  # ... for at most LIVE_MAX_WAIT steps
-    source.put([3, 4])
-    assert queue.take(4)[0] == [3, 4]  # 2 waiting >= a quarter of 4 running
-    source.put(list(range(5, 15)))
-    assert queue.take(2)[0] == [5, 6, 7, 8, 9, 10]  # up to capacity
-    assert queue.take(0)[0] == [11, 12, 13, 14]
+    assert queue.take(8, 8, 0) is None  # no room
+    assert queue.take(7, 7, LIVE_JOIN_AGE)[0] == [2]  # the newest group is young: join it
+    source.put([3])
+    assert queue.take(5, 3, LIVE_JOIN_AGE + 1) is None  # 1 waiting < the newest group's 3: wait
+    source.put([4, 5])
+    assert queue.take(5, 3, LIVE_JOIN_AGE + 5)[0] == [3, 4, 5]  # 3 waiting: a group of their own
+    source.put(list(range(6, 16)))
+    assert queue.take(2, 2, 30)[0] == [6, 7, 8, 9, 10, 11]  # up to capacity
+    assert queue.take(0)[0] == [12, 13, 14, 15]
     assert queue.take(0) is None and queue.empty()
+
+
+class Trickle:
+    """A live source that hands the search one sentence per step (then StopIteration until the next step)."""
+
+    capacity = 8
+
+    def __init__(self, rows: list[torch.Tensor]):
+        self.rows = list(enumerate(rows))
+        self.calls = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.calls += 1
+        if not self.rows or self.calls % 2 == 0:
+            raise StopIteration
+        i, row = self.rows.pop(0)
+        return [i], *pad_batch([row], 1)
+
+
+def test_sentences_that_trickle_in_run_in_groups_and_get_what_each_gets_alone(model, monkeypatch):
+    from nmt.plugins.search import beam
+
+    gen = model.generation_config(beam=3)
+    sentences = [f"{s} {t}" for s in SENTENCES for t in SENTENCES[:3]]
+    rows = [model.encode(s) for s in sentences]
+    alone = [dict(model.translator(gen).translate_stream([([0], *pad_batch([row], 1))]))[0] for row in rows]
+    placed = []
+    original = beam.BeamSearch._place
+
+    def counted(self, ens, groups, started, joins):
+        groups = original(self, ens, groups, started, joins)
+        placed.append((joins, len(groups)))
+        return groups
+
+    monkeypatch.setattr(beam.BeamSearch, "_place", counted)
+    found = dict(model.translator(gen).translate_stream(Trickle(rows)))
+    for i, hyps in enumerate(alone):
+        assert [h.tokens.tolist() for h in found[i]] == [h.tokens.tolist() for h in hyps]
+        assert [h.score for h in found[i]] == pytest.approx([h.score for h in hyps], abs=1e-4)
+    assert any(joins for joins, _ in placed) and any(not joins for joins, _ in placed)  # joined and started groups
+    assert max(n for _, n in placed) == beam.LIVE_GROUPS  # ... and merged the oldest beyond LIVE_GROUPS
 
 
 def test_nmt_serve_without_its_extra_says_how_to_install_it(exported_model, monkeypatch, capsys):

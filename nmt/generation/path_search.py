@@ -42,7 +42,7 @@ class PathSearch(Search):
         paths: Optional[Paths] = None
         found: dict[int, list[Hypothesis]] = {}  # sentence id -> its finished paths so far
         while True:
-            new = queue.take(len(found))
+            new = queue.take(len(found), len(found), paths.window.size(1) - 1 if paths is not None else 0)
             if new is not None:
                 ids, src_tokens, src_lengths = new
                 found.update({i: [] for i in ids})

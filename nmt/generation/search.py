@@ -19,8 +19,9 @@ from nmt.registry import SEARCH
 
 NEG_INF = float("-inf")
 REFILL_AT = 0.5  # refill the running batch when fewer than this share of its sentences are left
-LIVE_JOIN_SHARE = 0.25  # a live source's waiting sentences join once they are this share of the running ones
-LIVE_MAX_WAIT = 4  # ... or once they have waited this many steps
+LIVE_JOIN_AGE = 2  # a live source's waiting sentences join the newest running group while it is this young
+LIVE_NEW_GROUP = 1.0  # ... or start a group of their own once they are this share of the newest group's sentences
+LIVE_GROUPS = 3  # groups a live search runs side by side at most
 DEFER_AT = 1 / 16  # strategies that do not refill: set aside a batch's last sentences at this share
 
 SourceBatch = tuple[list[int], torch.Tensor, torch.Tensor]  # sentence ids, src_tokens (B, S), src_lengths (B,)
@@ -199,8 +200,9 @@ class SentenceQueue:
 
     ``take(running)`` says which to start now: a whole batch's worth when nothing runs; with
     ``refill``, also enough to fill the batch back up once fewer than REFILL_AT of it still
-    runs. A batch's worth is the size of the batch the next sentence came in (with --max-tokens
-    it shrinks as sentences get longer). Sentences given to ``defer`` come back, together, once
+    runs (a live source, whose sentences trickle in: see ``_live_start``). A batch's worth is the
+    size of the batch the next sentence came in (with --max-tokens it shrinks as sentences get
+    longer). Sentences given to ``defer`` come back, together, once
     every batch has been taken."""
 
     def __init__(self, batches: Iterable[SourceBatch], pad: int, refill: bool):
@@ -210,7 +212,6 @@ class SentenceQueue:
         self.pad = pad
         self.refill = refill
         self.capacity: int | None = self.live_capacity(batches)
-        self._held = 0  # steps a live source's waiting sentences have been held back
 
     @staticmethod
     def live_capacity(batches: Iterable[SourceBatch]) -> int | None:
@@ -241,13 +242,14 @@ class SentenceQueue:
         self._waiting.extend(added)
         return bool(added)
 
-    def take(self, running: int) -> Optional[SourceBatch]:
-        """The sentences to start while ``running`` sentences are being searched (None: none now)."""
+    def take(self, running: int, newest: int = 0, newest_age: int = 0) -> Optional[SourceBatch]:
+        """The sentences to start while ``running`` sentences are being searched (None: none now); ``newest``:
+        those of them in the group that started last, ``newest_age`` the steps it has run (live sources)."""
         if not self._waiting and not self._fetch():
             return None
         size = self._waiting[0][2]
         if self.capacity:
-            if not self._live_start(running):
+            if not self._live_start(running, newest, newest_age):
                 return None
         elif running and not (self.refill and running < REFILL_AT * size):
             return None
@@ -261,23 +263,23 @@ class SentenceQueue:
             tokens[r, : len(t)] = t
         return [i for i, _, _ in chosen], tokens, lengths
 
-    def _live_start(self, running: int) -> bool:
-        """Whether a live source's waiting sentences start now: when nothing runs, or there is room and they
-        are LIVE_JOIN_SHARE of the running ones or have waited LIVE_MAX_WAIT steps. Joining costs a copy of
-        every running row's cache, so sentences that trickle in join in groups rather than one per step."""
+    def _live_start(self, running: int, newest: int, newest_age: int) -> bool:
+        """Whether a live source's waiting sentences start now: when nothing runs; or, with room, while the
+        newest group is at most LIVE_JOIN_AGE steps old (joining it costs little), or once they are
+        LIVE_NEW_GROUP of the newest group's sentences (they start a group of their own)."""
         assert self.capacity is not None
         while len(self._waiting) < self.capacity and self._fetch():
             pass
         if not running:
-            self._held = 0
             return True
         if running >= self.capacity or not self.refill:
             return False
-        self._held += 1
-        if len(self._waiting) < LIVE_JOIN_SHARE * running and self._held < LIVE_MAX_WAIT:
-            return False
-        self._held = 0
-        return True
+        return self.joins_newest(newest_age) or len(self._waiting) >= LIVE_NEW_GROUP * newest
+
+    def joins_newest(self, newest_age: int) -> bool:
+        """Whether sentences that start join the newest running group rather than start their own: always
+        for a batch source (refill); for a live one while the group is young, its cache still narrow."""
+        return not self.capacity or newest_age <= LIVE_JOIN_AGE
 
     def should_defer(self, running: int, size: int) -> bool:
         """Whether to set aside the ``running`` last sentences of a batch of ``size``: few are left

@@ -22,7 +22,7 @@ import torch
 
 from nmt.config.generate import GenerationConfig
 from nmt.generation.ensemble import EnsembleModel
-from nmt.generation.search import NEG_INF, Hypothesis, Rows, Search, SentenceQueue, SourceBatch, Specials
+from nmt.generation.search import LIVE_GROUPS, NEG_INF, Hypothesis, Rows, Search, SentenceQueue, SourceBatch, Specials
 from nmt.plugins.search.greedy import GreedySearch
 from nmt.registry import NoOptions, register_search
 
@@ -66,31 +66,52 @@ class BeamSearch(Search):
         # otherwise wait for the whole batch to finish
         refill = (self.refill or SentenceQueue.live_capacity(batches) is not None) and ens.can_merge and not need_attn
         queue = SentenceQueue(batches, self.sp.pad, refill=refill)
-        beams: Optional[Beams] = None
+        groups: list[Beams] = []  # running sentences; more than one only for a live source (LIVE_GROUPS)
         sources: dict[int, torch.Tensor] = {}  # running sentence id -> source tokens, to defer it
         size = 0  # sentences of the batch that started last
         while True:
-            new = queue.take(0 if beams is None else len(beams.ids))
+            running = sum(len(g.ids) for g in groups)
+            newest_age = groups[-1].window.size(1) - 1 if groups else 0
+            new = queue.take(running, len(groups[-1].ids) if groups else 0, newest_age)
             if new is not None:
                 ids, src_tokens, src_lengths = new
                 sources.update({i: row[:n] for i, row, n in zip(ids, src_tokens, src_lengths.tolist())})
-                size = len(ids) if beams is None else max(size, len(ids))
+                size = len(ids) if not groups else max(size, len(ids))
                 started, done = self._start(ens, ids, src_tokens, src_lengths, need_attn)
                 yield from self._forget(done, sources)
                 if started is not None:
-                    beams = started if beams is None else Beams(
-                        **beams.merged_fields(started, ens, self.sp.pad), ids=beams.ids + started.ids,
-                        n_done=torch.cat([beams.n_done, started.n_done]), finished=beams.finished + started.finished)
-            if beams is None:
+                    groups = self._place(ens, groups, started, joins=bool(groups) and queue.joins_newest(newest_age))
+            if not groups:
                 if queue.empty():
                     return
                 continue
-            if not refill and queue.should_defer(len(beams.ids), size):
-                queue.defer([(i, sources.pop(i)) for i in beams.ids], size)
-                beams = None
+            if not refill and queue.should_defer(len(groups[0].ids), size):  # one group: batch after batch
+                queue.defer([(i, sources.pop(i)) for i in groups[0].ids], size)
+                groups = []
                 continue
-            beams, done = self._advance(ens, beams, need_attn)
-            yield from self._forget(done, sources)
+            advanced = []
+            for beams in groups:
+                after, done = self._advance(ens, beams, need_attn)
+                yield from self._forget(done, sources)
+                if after is not None:
+                    advanced.append(after)
+            groups = advanced
+
+    def _place(self, ens: EnsembleModel, groups: list[Beams], started: Beams, joins: bool) -> list[Beams]:
+        """``groups`` with the ``started`` sentences: merged into the newest group when ``joins``, else a group
+        of their own. Rows of one group share a cache as wide as its oldest row, so a new group keeps fresh
+        sentences from paying for a long one; beyond LIVE_GROUPS the two oldest groups (the tails of earlier
+        ones: few sentences) become one."""
+        if joins:
+            return groups[:-1] + [self._merge(ens, groups[-1], started)]
+        groups = groups + [started]
+        if len(groups) > LIVE_GROUPS:
+            groups = [self._merge(ens, groups[0], groups[1])] + groups[2:]
+        return groups
+
+    def _merge(self, ens: EnsembleModel, a: Beams, b: Beams) -> Beams:
+        return Beams(**a.merged_fields(b, ens, self.sp.pad), ids=a.ids + b.ids, n_done=torch.cat([a.n_done, b.n_done]),
+                     finished=a.finished + b.finished)
 
     @staticmethod
     def _forget(done: list[tuple[int, list[Hypothesis]]],
