@@ -11,7 +11,7 @@ import torch
 
 from nmt.api import load
 from nmt.generation.inference import pad_batch
-from nmt.generation.search import LIVE_JOIN_AGE, SentenceQueue
+from nmt.generation.search import LIVE_JOIN_EVERY, SentenceQueue
 from nmt.serve.batcher import DynamicBatcher, Job, QueueFull
 
 SENTENCES = ["a b c", "d e", "f g h i", "b a", "c c d e f", "g", "h i a b", "e d c"]
@@ -122,21 +122,18 @@ class Live:
         return self.waiting.pop(0)
 
 
-def test_a_live_source_joins_young_groups_starts_new_ones_and_never_exceeds_capacity():
+def test_a_live_source_starts_sentences_every_few_steps_and_never_beyond_capacity():
     source = Live()
     queue = SentenceQueue(source, pad=1, refill=True)
     source.put([0, 1])
     assert queue.take(0)[0] == [0, 1]  # nothing runs: start at once
     source.put([2])
-    assert queue.take(8, 8, 0) is None  # no room
-    assert queue.take(7, 7, LIVE_JOIN_AGE)[0] == [2]  # the newest group is young: join it
-    source.put([3])
-    assert queue.take(5, 3, LIVE_JOIN_AGE + 1) is None  # 1 waiting < the newest group's 3: wait
-    source.put([4, 5])
-    assert queue.take(5, 3, LIVE_JOIN_AGE + 5)[0] == [3, 4, 5]  # 3 waiting: a group of their own
-    source.put(list(range(6, 16)))
-    assert queue.take(2, 2, 30)[0] == [6, 7, 8, 9, 10, 11]  # up to capacity
-    assert queue.take(0)[0] == [12, 13, 14, 15]
+    assert queue.take(8, LIVE_JOIN_EVERY) is None  # no room
+    assert queue.take(7, LIVE_JOIN_EVERY - 1) is None  # the last sentences started too recently
+    assert queue.take(7, LIVE_JOIN_EVERY)[0] == [2]
+    source.put(list(range(3, 13)))
+    assert queue.take(2, LIVE_JOIN_EVERY)[0] == [3, 4, 5, 6, 7, 8]  # up to capacity
+    assert queue.take(0)[0] == [9, 10, 11, 12]
     assert queue.take(0) is None and queue.empty()
 
 
@@ -160,28 +157,30 @@ class Trickle:
         return [i], *pad_batch([row], 1)
 
 
-def test_sentences_that_trickle_in_run_in_groups_and_get_what_each_gets_alone(model, monkeypatch):
+def test_sentences_that_trickle_in_get_what_each_gets_alone_and_long_ones_are_kept_apart(model, monkeypatch):
     from nmt.plugins.search import beam
 
-    gen = model.generation_config(beam=3)
+    gen = model.generation_config(beam=3, min_len=4)  # every sentence runs a few steps: some outlive the others
     sentences = [f"{s} {t}" for s in SENTENCES for t in SENTENCES[:3]]
     rows = [model.encode(s) for s in sentences]
     alone = [dict(model.translator(gen).translate_stream([([0], *pad_batch([row], 1))]))[0] for row in rows]
-    placed = []
-    original = beam.BeamSearch._place
+    split = []
+    original = beam.BeamSearch._split_long
 
-    def counted(self, ens, groups, started, joins):
-        groups = original(self, ens, groups, started, joins)
-        placed.append((joins, len(groups)))
-        return groups
+    def counted(self, ens, beams):
+        kept, old = original(self, ens, beams)
+        if old is not None:
+            split.append((kept.ids, old.ids))
+        return kept, old
 
-    monkeypatch.setattr(beam.BeamSearch, "_place", counted)
+    monkeypatch.setattr(beam.BeamSearch, "_split_long", counted)
+    monkeypatch.setattr(beam, "LIVE_LONG_MIN", 2)  # this model's outputs are short
+    monkeypatch.setattr(beam, "LIVE_LONG", 1.5)
     found = dict(model.translator(gen).translate_stream(Trickle(rows)))
-    for i, hyps in enumerate(alone):
+    assert split  # some sentences were kept apart ...
+    for i, hyps in enumerate(alone):  # ... and every sentence got what it gets alone
         assert [h.tokens.tolist() for h in found[i]] == [h.tokens.tolist() for h in hyps]
         assert [h.score for h in found[i]] == pytest.approx([h.score for h in hyps], abs=1e-4)
-    assert any(joins for joins, _ in placed) and any(not joins for joins, _ in placed)  # joined and started groups
-    assert max(n for _, n in placed) == beam.LIVE_GROUPS  # ... and merged the oldest beyond LIVE_GROUPS
 
 
 def test_nmt_serve_without_its_extra_says_how_to_install_it(exported_model, monkeypatch, capsys):

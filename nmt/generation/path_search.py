@@ -41,9 +41,12 @@ class PathSearch(Search):
         queue = SentenceQueue(batches, self.sp.pad, refill=ens.can_merge and not need_attn)
         paths: Optional[Paths] = None
         found: dict[int, list[Hypothesis]] = {}  # sentence id -> its finished paths so far
+        since_start = 0  # steps since sentences last started
         while True:
-            new = queue.take(len(found), len(found), paths.window.size(1) - 1 if paths is not None else 0)
+            new = queue.take(len(found), since_start)
+            since_start += 1
             if new is not None:
+                since_start = 0
                 ids, src_tokens, src_lengths = new
                 found.update({i: [] for i in ids})
                 started = self._advance(ens, self._start(ens, ids, src_tokens, src_lengths, need_attn), found)

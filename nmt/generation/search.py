@@ -19,9 +19,7 @@ from nmt.registry import SEARCH
 
 NEG_INF = float("-inf")
 REFILL_AT = 0.5  # refill the running batch when fewer than this share of its sentences are left
-LIVE_JOIN_AGE = 2  # a live source's waiting sentences join the newest running group while it is this young
-LIVE_NEW_GROUP = 1.0  # ... or start a group of their own once they are this share of the newest group's sentences
-LIVE_GROUPS = 3  # groups a live search runs side by side at most
+LIVE_JOIN_EVERY = 2  # a live source's waiting sentences join the running ones at most every this many steps
 DEFER_AT = 1 / 16  # strategies that do not refill: set aside a batch's last sentences at this share
 
 SourceBatch = tuple[list[int], torch.Tensor, torch.Tensor]  # sentence ids, src_tokens (B, S), src_lengths (B,)
@@ -173,20 +171,23 @@ class Rows:
                                     other.pads + width - other.window.size(1)]),
                     row_max=torch.cat([self.row_max, other.row_max]), attn=None)
 
+    def selected_fields(self, rows: torch.Tensor, drop: int, encs: list[Any], states: list[dict]) -> dict[str, Any]:
+        """The fields of ``rows`` (N',) alone; the ``drop`` leading columns none of them owns are forgotten."""
+        return dict(encs=encs, states=states, window=self.window[rows, drop:], scores=self.scores[rows, drop:],
+                    pads=self.pads[rows] - drop, row_max=self.row_max[rows],
+                    attn=self.attn[rows, drop:] if self.attn is not None else None)
+
     def extended_fields(self, rows: Optional[torch.Tensor], tokens: torch.Tensor, scores: torch.Tensor, drop: int,
                         encs: list[Any], states: list[dict]) -> dict[str, Any]:
         """The fields after keeping ``rows`` (parents; None: every row, in place) and appending their
         next ``tokens`` (N',) and ``scores`` (N',); the ``drop`` leading columns no kept row owns are
         forgotten."""
-        if rows is None:
-            return dict(encs=encs, states=states, window=torch.cat([self.window, tokens.unsqueeze(1)], 1),
-                        scores=torch.cat([self.scores, scores.unsqueeze(1)], 1), pads=self.pads,
-                        row_max=self.row_max, attn=self.attn)
-        return dict(encs=encs, states=states,
-                    window=torch.cat([self.window[rows, drop:], tokens.unsqueeze(1)], 1),
-                    scores=torch.cat([self.scores[rows, drop:], scores.unsqueeze(1)], 1),
-                    pads=self.pads[rows] - drop, row_max=self.row_max[rows],
-                    attn=self.attn[rows, drop:] if self.attn is not None else None)
+        fields = (dict(encs=encs, states=states, window=self.window, scores=self.scores, pads=self.pads,
+                       row_max=self.row_max, attn=self.attn) if rows is None
+                  else self.selected_fields(rows, drop, encs, states))
+        fields["window"] = torch.cat([fields["window"], tokens.unsqueeze(1)], 1)
+        fields["scores"] = torch.cat([fields["scores"], scores.unsqueeze(1)], 1)
+        return fields
 
     def add_attention(self, step_attn: Optional[torch.Tensor]) -> None:
         """Record this step's cross-attention (N, S) when attention is kept."""
@@ -242,14 +243,14 @@ class SentenceQueue:
         self._waiting.extend(added)
         return bool(added)
 
-    def take(self, running: int, newest: int = 0, newest_age: int = 0) -> Optional[SourceBatch]:
-        """The sentences to start while ``running`` sentences are being searched (None: none now); ``newest``:
-        those of them in the group that started last, ``newest_age`` the steps it has run (live sources)."""
+    def take(self, running: int, since_start: int = 0) -> Optional[SourceBatch]:
+        """The sentences to start while ``running`` sentences are being searched (None: none now);
+        ``since_start``: steps searched since sentences last started (live sources)."""
         if not self._waiting and not self._fetch():
             return None
         size = self._waiting[0][2]
         if self.capacity:
-            if not self._live_start(running, newest, newest_age):
+            if not self._live_start(running, since_start):
                 return None
         elif running and not (self.refill and running < REFILL_AT * size):
             return None
@@ -263,23 +264,17 @@ class SentenceQueue:
             tokens[r, : len(t)] = t
         return [i for i, _, _ in chosen], tokens, lengths
 
-    def _live_start(self, running: int, newest: int, newest_age: int) -> bool:
-        """Whether a live source's waiting sentences start now: when nothing runs; or, with room, while the
-        newest group is at most LIVE_JOIN_AGE steps old (joining it costs little), or once they are
-        LIVE_NEW_GROUP of the newest group's sentences (they start a group of their own)."""
+    def _live_start(self, running: int, since_start: int) -> bool:
+        """Whether a live source's waiting sentences start now: when nothing runs; or, with room, once the
+        running ones have taken LIVE_JOIN_EVERY steps since sentences last started. Starting costs an
+        encoder pass, a first decoder step and a copy of every running row's cache, so sentences that
+        trickle in start a few at a time rather than one per step."""
         assert self.capacity is not None
         while len(self._waiting) < self.capacity and self._fetch():
             pass
         if not running:
             return True
-        if running >= self.capacity or not self.refill:
-            return False
-        return self.joins_newest(newest_age) or len(self._waiting) >= LIVE_NEW_GROUP * newest
-
-    def joins_newest(self, newest_age: int) -> bool:
-        """Whether sentences that start join the newest running group rather than start their own: always
-        for a batch source (refill); for a live one while the group is young, its cache still narrow."""
-        return not self.capacity or newest_age <= LIVE_JOIN_AGE
+        return running < self.capacity and self.refill and since_start >= LIVE_JOIN_EVERY
 
     def should_defer(self, running: int, size: int) -> bool:
         """Whether to set aside the ``running`` last sentences of a batch of ``size``: few are left

@@ -22,9 +22,12 @@ import torch
 
 from nmt.config.generate import GenerationConfig
 from nmt.generation.ensemble import EnsembleModel
-from nmt.generation.search import LIVE_GROUPS, NEG_INF, Hypothesis, Rows, Search, SentenceQueue, SourceBatch, Specials
+from nmt.generation.search import NEG_INF, Hypothesis, Rows, Search, SentenceQueue, SourceBatch, Specials
 from nmt.plugins.search.greedy import GreedySearch
 from nmt.registry import NoOptions, register_search
+
+LIVE_LONG = 3.0  # a live search keeps apart sentences that ran this many times the median running one's steps
+LIVE_LONG_MIN = 16  # ... and at least this many
 
 
 @dataclass
@@ -66,52 +69,75 @@ class BeamSearch(Search):
         # otherwise wait for the whole batch to finish
         refill = (self.refill or SentenceQueue.live_capacity(batches) is not None) and ens.can_merge and not need_attn
         queue = SentenceQueue(batches, self.sp.pad, refill=refill)
-        groups: list[Beams] = []  # running sentences; more than one only for a live source (LIVE_GROUPS)
+        live = refill and queue.capacity is not None
+        beams: Optional[Beams] = None  # the running sentences
+        long: Optional[Beams] = None  # a live source's sentences that outlived the others (_split_long)
         sources: dict[int, torch.Tensor] = {}  # running sentence id -> source tokens, to defer it
         size = 0  # sentences of the batch that started last
+        since_start = 0  # steps since sentences last started
         while True:
-            running = sum(len(g.ids) for g in groups)
-            newest_age = groups[-1].window.size(1) - 1 if groups else 0
-            new = queue.take(running, len(groups[-1].ids) if groups else 0, newest_age)
+            running = (len(beams.ids) if beams is not None else 0) + (len(long.ids) if long is not None else 0)
+            new = queue.take(running, since_start)
             if new is not None:
+                since_start = 0
                 ids, src_tokens, src_lengths = new
                 sources.update({i: row[:n] for i, row, n in zip(ids, src_tokens, src_lengths.tolist())})
-                size = len(ids) if not groups else max(size, len(ids))
+                size = len(ids) if beams is None else max(size, len(ids))
                 started, done = self._start(ens, ids, src_tokens, src_lengths, need_attn)
                 yield from self._forget(done, sources)
                 if started is not None:
-                    groups = self._place(ens, groups, started, joins=bool(groups) and queue.joins_newest(newest_age))
-            if not groups:
+                    beams = started if beams is None else self._merge(ens, beams, started)
+            if beams is None and long is None:
                 if queue.empty():
                     return
                 continue
-            if not refill and queue.should_defer(len(groups[0].ids), size):  # one group: batch after batch
-                queue.defer([(i, sources.pop(i)) for i in groups[0].ids], size)
-                groups = []
+            if beams is not None and not refill and queue.should_defer(len(beams.ids), size):
+                queue.defer([(i, sources.pop(i)) for i in beams.ids], size)
+                beams = None
                 continue
-            advanced = []
-            for beams in groups:
-                after, done = self._advance(ens, beams, need_attn)
+            if live and beams is not None:
+                beams, old = self._split_long(ens, beams)
+                if old is not None:
+                    long = old if long is None else self._merge(ens, long, old)
+            since_start += 1
+            if beams is not None:
+                beams, done = self._advance(ens, beams, need_attn)
                 yield from self._forget(done, sources)
-                if after is not None:
-                    advanced.append(after)
-            groups = advanced
-
-    def _place(self, ens: EnsembleModel, groups: list[Beams], started: Beams, joins: bool) -> list[Beams]:
-        """``groups`` with the ``started`` sentences: merged into the newest group when ``joins``, else a group
-        of their own. Rows of one group share a cache as wide as its oldest row, so a new group keeps fresh
-        sentences from paying for a long one; beyond LIVE_GROUPS the two oldest groups (the tails of earlier
-        ones: few sentences) become one."""
-        if joins:
-            return groups[:-1] + [self._merge(ens, groups[-1], started)]
-        groups = groups + [started]
-        if len(groups) > LIVE_GROUPS:
-            groups = [self._merge(ens, groups[0], groups[1])] + groups[2:]
-        return groups
+            if long is not None:
+                long, done = self._advance(ens, long, need_attn)
+                yield from self._forget(done, sources)
 
     def _merge(self, ens: EnsembleModel, a: Beams, b: Beams) -> Beams:
+        """One Beams holding ``a``'s sentences then ``b``'s."""
         return Beams(**a.merged_fields(b, ens, self.sp.pad), ids=a.ids + b.ids, n_done=torch.cat([a.n_done, b.n_done]),
                      finished=a.finished + b.finished)
+
+    def _split_long(self, ens: EnsembleModel, beams: Beams) -> tuple[Beams, Optional[Beams]]:
+        """(the others, the sentences that have run LIVE_LONG times the median running sentence's steps, and
+        at least LIVE_LONG_MIN; None if none has). A live search's rows share a cache as wide as the
+        oldest row, and at beam 5 a few sentences run to the length limit (they never collect ``beam``
+        finished hypotheses): kept apart, they do not make every sentence that joins later pay for their
+        width."""
+        if beams.window.size(1) - 1 <= LIVE_LONG_MIN:  # no row has run that long
+            return beams, None
+        steps = beams.steps()[:: self.gen.beam]  # (n,) tokens each sentence generated so far
+        old = steps > max(LIVE_LONG_MIN, LIVE_LONG * float(steps.float().median()))  # (n,)
+        if not bool(old.any()) or bool(old.all()):
+            return beams, None
+        young, old = torch.nonzero(~old).squeeze(1), torch.nonzero(old).squeeze(1)
+        return self._select(ens, beams, young), self._select(ens, beams, old)
+
+    def _select(self, ens: EnsembleModel, beams: Beams, sentences: torch.Tensor) -> Beams:
+        """The Beams of ``sentences`` (n',) alone, without the leading columns none of them owns."""
+        k = self.gen.beam
+        rows = (sentences.unsqueeze(1) * k + torch.arange(k)).view(-1)  # (n'*k,)
+        enc_rows = sentences if ens.can_share_encoder else rows
+        drop = int(beams.pads[rows].min())
+        states = ens.reorder_states([dict(s) for s in beams.states], rows, encoder_order=enc_rows, drop_left=drop)
+        fields = beams.selected_fields(rows, drop, ens.reorder_encoder(beams.encs, enc_rows), states)
+        chosen = sentences.tolist()
+        return Beams(**fields, ids=[beams.ids[i] for i in chosen], n_done=beams.n_done[sentences],
+                     finished=[beams.finished[i] for i in chosen])
 
     @staticmethod
     def _forget(done: list[tuple[int, list[Hypothesis]]],
