@@ -91,10 +91,10 @@ def stop_line(err: str) -> re.Match:
     return match
 
 
-def signal_at(cmd: list[str], save_dir: Path, update: int, sig: int, *, group: bool = False,
+def signal_at(cmd: list[str], save_dir: Path, update: int, *signals: int, group: bool = False,
               env: dict[str, str] | None = None) -> tuple[int, str]:
-    """Run ``cmd``; send ``sig`` (to its whole process group with ``group``) once its train log records
-    ``update``; returns its exit code and stderr."""
+    """Run ``cmd``; send ``signals`` one after the other (to its whole process group with ``group``) once
+    its train log records ``update``; returns its exit code and stderr."""
     err_path = save_dir.parent / f"{save_dir.name}.stderr"
     with open(err_path, "w") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env or child_env(),
@@ -105,10 +105,11 @@ def signal_at(cmd: list[str], save_dir: Path, update: int, sig: int, *, group: b
                 assert proc.poll() is None, f"training ended before update {update}:\n{err_path.read_text()[-3000:]}"
                 assert time.monotonic() < deadline, "training did not reach the update in time"
                 time.sleep(0.002)
-            if group:
-                os.killpg(proc.pid, sig)
-            else:
-                os.kill(proc.pid, sig)
+            for sig in signals:
+                if group:
+                    os.killpg(proc.pid, sig)
+                else:
+                    os.kill(proc.pid, sig)
             proc.wait(timeout=240)
         finally:
             if proc.poll() is None:
@@ -160,10 +161,11 @@ def test_stopped_three_times_then_rerunning_the_command_ends_as_if_never_stopped
     check_resumes_exactly(ref, save_dir)
 
 
-def test_sigusr1_to_every_process_with_accumulation_and_a_loader_worker_requeues_the_slurm_job(ref, tmp_path):
-    """SIGUSR1 to the whole process group (as SLURM's --signal sends it) reaches the DataLoader worker
-    too, which must leave it to the trainer; the saved position is a whole number of 2-batch updates;
-    --requeue-on-preemption runs `scontrol requeue $SLURM_JOB_ID` (a fake one on PATH)."""
+def test_sigusr1_and_sigterm_to_every_process_with_accumulation_and_a_loader_worker_requeue_the_job(ref, tmp_path):
+    """SIGUSR1 then SIGTERM to the whole process group (as SLURM signals every process of a job step) reach
+    the DataLoader worker too, which must leave them to the trainer (torch's SIGTERM handler would end it
+    and fail the next batch); the first signal counts; the saved position is a whole number of 2-batch
+    updates; --requeue-on-preemption runs `scontrol requeue $SLURM_JOB_ID` (a fake one on PATH)."""
     fake = tmp_path / "bin"
     fake.mkdir()
     calls = tmp_path / "scontrol-calls"
@@ -172,7 +174,7 @@ def test_sigusr1_to_every_process_with_accumulation_and_a_loader_worker_requeues
     save_dir = tmp_path / "run"
     env = child_env(SLURM_JOB_ID="4242", PATH=f"{fake}{os.pathsep}{os.environ['PATH']}")
     cmd = ref.command(save_dir, "--update-freq", "2", "--num-workers", "1", "--requeue-on-preemption")
-    code, err = signal_at(cmd, save_dir, 3, signal.SIGUSR1, group=True, env=env)
+    code, err = signal_at(cmd, save_dir, 2, signal.SIGUSR1, signal.SIGTERM, group=True, env=env)
     update = check_stopped(save_dir, code, err, "SIGUSR1")
     assert stop_line(err).group(4) == "requeued SLURM job 4242, which resumes from it when it starts again"
     assert calls.read_text() == "requeue 4242\n"
