@@ -256,3 +256,14 @@ def test_requeue_outcomes(tmp_path, monkeypatch, script, env_job, expected):
     else:
         monkeypatch.setenv("SLURM_JOB_ID", env_job)
     assert preemption.requeue_slurm_job() == expected
+
+
+def test_the_stop_line_names_what_to_resume_from(tmp_path):
+    last, interval = tmp_path / "checkpoint_last.pt", tmp_path / "checkpoint_2_9.pt"
+    line = preemption.stop_line("SIGTERM", 9, [interval, last], False, "unused")
+    assert line == f"nmt-train: stopped by SIGTERM after update 9; saved {last}; run the same command again to resume"
+    line = preemption.stop_line("SIGUSR1", 9, [interval], True, "unused")  # --no-last-checkpoints: never requeued
+    assert line.endswith(f"saved {interval}; run the same command with --restore-file {interval} to resume")
+    line = preemption.stop_line("SIGTERM", 9, [], True, f"the last good checkpoint is {interval}")
+    assert line.endswith(f"nothing saved at this update (--no-save or --no-last-checkpoints); the last good "
+                         f"checkpoint is {interval}")

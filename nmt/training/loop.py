@@ -22,7 +22,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from nmt.checkpoint.manager import LAST, CheckpointManager, TrainingParts
+from nmt.checkpoint.manager import CheckpointManager, TrainingParts
 from nmt.checkpoint.save_dir import hold_save_dir
 from nmt.config.loader import save_config
 from nmt.config.train import TrainJob
@@ -78,7 +78,7 @@ class TrainingRun:
         self.train_time = 0.0  # seconds of training before this process (restored on resume)
         self.bad_validations = 0  # validations in a row without a better best metric
         self.last_good: Path | None = None  # the newest checkpoint this run wrote or resumed from
-        self.last_written: list[Path] = []  # the files of the newest save
+        self.last_written: list[Path] = []  # the files of the newest save (empty: it had nothing to write)
         self.stopped_by: str | None = None  # the signal that stopped the run (None: it was not preempted)
         # The current epoch's figures (and those since the last log line); a mid-epoch checkpoint keeps them.
         self.epoch_meter, self.interval_meter = UpdateMeter(criterion), UpdateMeter(criterion)
@@ -294,8 +294,7 @@ def train_worker(cfg: TrainJob, save_dir_held: bool = False) -> dict[str, Any]:
             distributed.shutdown()
         # After the save dir's lock and the process group are released: the job may be requeued now.
         if run is not None and run.stopped_by is not None and ctx.is_master:
-            saved = next((p for p in run.last_written if p.name == LAST), None)
-            line = preemption.stop_line(run.stopped_by, run.trainer.num_updates, saved,
+            line = preemption.stop_line(run.stopped_by, run.trainer.num_updates, run.last_written,
                                         cfg.checkpoint.requeue_on_preemption, run.last_good_hint())
             print(line, file=sys.stderr, flush=True)
         return summary

@@ -23,6 +23,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from nmt.checkpoint.manager import LAST
 from nmt.data.work_dirs import PREEMPTION_SIGNALS, signals_handled
 
 SCONTROL_TIMEOUT = 60  # seconds scontrol may take before the requeue counts as failed
@@ -84,12 +85,15 @@ def requeue_slurm_job() -> str:
     return f"requeued SLURM job {job}, which resumes from it when it starts again"
 
 
-def stop_line(stopped_by: str, num_updates: int, saved: Path | None, requeue: bool, hint: str) -> str:
+def stop_line(stopped_by: str, num_updates: int, written: list[Path], requeue: bool, hint: str) -> str:
     """The one line a preempted run ends with: what stopped it, what it saved, how it resumes.
-    ``saved``: the checkpoint_last.pt written at the stop (None when none was); ``hint`` names the
-    newest checkpoint otherwise."""
+    ``written``: the files of the save made at the stop; ``hint`` names the newest checkpoint when there
+    are none."""
     head = f"nmt-train: stopped by {stopped_by} after update {num_updates}"
-    if saved is None:
-        return f"{head}; no checkpoint written at this update (--no-save or --no-last-checkpoints); {hint}"
+    if not written:
+        return f"{head}; nothing saved at this update (--no-save or --no-last-checkpoints); {hint}"
+    last = next((p for p in written if p.name == LAST), None)
+    if last is None:  # --no-last-checkpoints with a save due anyway: neither a rerun nor a requeued job finds it
+        return f"{head}; saved {written[0]}; run the same command with --restore-file {written[0]} to resume"
     tail = requeue_slurm_job() if requeue else "run the same command again to resume"
-    return f"{head}; saved {saved}; {tail}"
+    return f"{head}; saved {last}; {tail}"
