@@ -24,6 +24,7 @@ from nmt.training.precision import Precision, check_finite_loss
 
 _STOP = "stop_requests"  # rides with the update's figures: how many ranks were asked to stop
 
+
 def move_to(sample: Any, device: torch.device) -> Any:
     """A batch with every tensor on ``device`` (a no-op on the CPU)."""
     if device.type == "cpu":
