@@ -4,7 +4,8 @@ Run as ``python tests/fault_points.py DATA [nmt-train options]`` (or under torch
 the fault named by ``NMT_TEST_FAULT`` and then calls the real ``nmt.cli.train.main``. Nothing in
 nmt itself knows about faults; the hooks wrap the trainer and the checkpoint writer from outside.
 
-``NMT_TEST_FAULT`` is ``KIND:UPDATE`` or ``KIND:UPDATE:RANK`` (the fault fires only on that rank):
+``NMT_TEST_FAULT`` is ``KIND:UPDATE`` or ``KIND:UPDATE:RANK`` (the fault fires only on that rank), or
+several of them joined by commas:
 
 - ``block-update``   stop inside update UPDATE: gradients computed, optimizer not stepped yet
 - ``block-valid``    stop inside the validation after update UPDATE (one batch done)
@@ -15,6 +16,9 @@ nmt itself knows about faults; the hooks wrap the trainer and the checkpoint wri
 - ``inf-grad``       a gradient of update UPDATE is inf (an fp16 overflow)
 - ``exit``           the process dies (``os._exit(3)``) at the start of update UPDATE
 - ``stall``          the process hangs at the start of update UPDATE
+- ``signal-update``  the process sends itself SIGTERM inside update UPDATE (its batches drawn, not yet run)
+- ``signal-valid``   ... inside the validation after update UPDATE (one batch done), then validation goes on
+- ``signal-write``   ... while the checkpoint of update UPDATE is being written, then the write goes on
 
 A ``block-*`` or ``stall`` fault writes the file ``NMT_TEST_FAULT_MARKER`` (when set) and then
 sleeps: the test sees the marker and SIGKILLs the process while it is inside that phase.
@@ -25,6 +29,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -74,6 +79,7 @@ def install(spec: str) -> None:
     kind, update, rank = _parse(spec)
     saving = {"update": None}  # the update number of the checkpoint being written
     fired = []  # a fault fires once (a skipped fp16 update is retried with the same number)
+    signalled = []  # the same for a signal in validation (which runs after the update's train step)
 
     def here(t) -> bool:
         return rank is None or t.ctx.rank == rank
@@ -87,6 +93,8 @@ def install(spec: str) -> None:
                 os._exit(3)
             if kind == "stall":
                 _hold()
+            if kind == "signal-update":
+                os.kill(os.getpid(), signal.SIGTERM)
             if kind == "nan-loss":
                 hook = self.criterion.register_forward_hook(
                     lambda m, inp, out: (out[0] * float("nan"), out[1], {**out[2], "loss": float("nan")}))
@@ -115,6 +123,9 @@ def install(spec: str) -> None:
         out = valid_step(self, sample)
         if kind == "block-valid" and self.num_updates == update and here(self):
             _hold()
+        if kind == "signal-valid" and self.num_updates == update and here(self) and not signalled:
+            signalled.append(kind)
+            os.kill(os.getpid(), signal.SIGTERM)
         return out
 
     real_save = torch.save
@@ -126,6 +137,8 @@ def install(spec: str) -> None:
             return real_save(obj, f, *args, **kwargs)
         if kind == "disk-full":
             return real_save(obj, _FullDisk(f, 4096), *args, **kwargs)
+        if kind == "signal-write":
+            os.kill(os.getpid(), signal.SIGTERM)
         if kind == "block-write":
             buffer = io.BytesIO()
             real_save(obj, buffer, *args, **kwargs)
@@ -151,8 +164,7 @@ def install(spec: str) -> None:
 
 
 def main() -> None:
-    spec = os.environ.get(FAULT_ENV)
-    if spec:
+    for spec in filter(None, os.environ.get(FAULT_ENV, "").split(",")):
         install(spec)
     if os.environ.get(FP16_ON_CPU_ENV):  # run --fp16's loss scaler on the CPU (the model stays fp32)
         from nmt.training import precision

@@ -75,6 +75,8 @@ class CheckpointConfig:
                                       "Validation metric that chooses checkpoint_best.pt (loss, nll_loss, ppl).")
     maximize_best_checkpoint_metric: bool = opt(False, "A higher best metric is better (e.g. for BLEU).")
     patience: int = opt(-1, "Stop when the best metric has not improved for N validations (-1 = never).", low=-1)
+    requeue_on_preemption: bool = opt(False, "After a SIGTERM/SIGUSR1 has been answered by saving checkpoint_last.pt, "
+                                             "requeue the SLURM job (scontrol requeue $SLURM_JOB_ID).")
 
 
 @dataclass

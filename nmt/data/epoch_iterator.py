@@ -12,7 +12,8 @@ with shard lengths differing by one -- right for validation, which has no collec
 
 Collation runs in the training process by default (``num_workers=0``): ``dataset.collater`` of the
 ``dataset[i]`` items, with no DataLoader in the way. ``num_workers > 0`` uses a torch DataLoader
-with the remaining batches as its batch sampler, and a random generator of its own (see ``_collated``).
+with the remaining batches as its batch sampler, and a random generator of its own (see ``_collated``);
+its workers ignore the preemption signals, which the training process handles.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from nmt.data.work_dirs import loader_worker_signals
 from nmt.errors import ConfigError, DataError
 
 
@@ -110,7 +112,7 @@ class EpochBatchIterator:
         # stream untouched (and the workers' seeds a function of seed and epoch).
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         yield from DataLoader(self.dataset, batch_sampler=lists, collate_fn=self.dataset.collater,
-                              num_workers=self.num_workers, generator=generator)
+                              num_workers=self.num_workers, generator=generator, worker_init_fn=loader_worker_signals)
 
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "offset": self.offset}

@@ -6,6 +6,10 @@ into the same interruption as Ctrl-C, so the ``except``/``finally`` blocks that 
 run. A run killed outright (SIGKILL, power loss) leaves its folder behind: the next run removes
 it, but only a folder with a valid owner file whose process is gone (never a folder it cannot
 prove it made, nor one of a run still going on).
+
+The signal helpers here are shared with nmt-train's preemption (``nmt.training.preemption``):
+``signals_handled`` installs and restores handlers, ``loader_worker_signals`` keeps a DataLoader
+worker out of the training process's SIGTERM/SIGUSR1.
 """
 
 from __future__ import annotations
@@ -19,13 +23,14 @@ import socket
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from nmt.fileio import atomic_write_text
 
 OWNER_FILE = ".nmt-owner.json"
 KINDS = ("tmp", "old")
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # a scheduler's "save and stop" (SLURM: --signal=USR1@T)
 
 
 def process_start_time(pid: int) -> str | None:
@@ -110,32 +115,34 @@ class _Stop:
 
 
 @contextlib.contextmanager
+def signals_handled(signals: Iterable[int], handler: Callable[[int, Any], Any]) -> Iterator[bool]:
+    """Within the block ``handler`` receives ``signals``; the previous handlers come back after it.
+    Yields False and changes nothing outside the main thread, where Python cannot set handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield False
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield True
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, signal.SIG_DFL if old is None else old)
+
+
+@contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """Within the block, SIGTERM interrupts the run like Ctrl-C (no-op outside the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
+    with signals_handled((signal.SIGTERM,), _Stop()):
         yield
-        return
-    previous = signal.signal(signal.SIGTERM, _Stop())
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
 def stop_signals_deferred() -> Iterator[None]:
     """Hold SIGINT/SIGTERM until the block ends (a few renames that must not be cut in half); one
     that arrived meanwhile then interrupts the run."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     arrived: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: arrived.append(signum)) for sig in _STOP_SIGNALS}
-    try:
+    with signals_handled(_STOP_SIGNALS, lambda signum, frame: arrived.append(signum)):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
     if arrived:
         raise KeyboardInterrupt
 
@@ -145,3 +152,11 @@ def worker_signals() -> None:
     which must kill the worker, not raise inside it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def loader_worker_signals(worker_id: int = 0) -> None:
+    """A DataLoader worker's ``worker_init_fn``: a preemption signal sent to every process of the job is
+    the training process's to handle (it finishes its update, saves, and then shuts its workers down
+    itself). torch's own SIGTERM handler would end the worker and fail the run's next batch."""
+    for sig in PREEMPTION_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)

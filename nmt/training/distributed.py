@@ -22,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from nmt.config.train import DistributedTrainingConfig
 from nmt.errors import ConfigError, NmtError
+from nmt.training import preemption
 
 
 @dataclass(frozen=True)
@@ -66,12 +67,16 @@ def free_port() -> int:
 
 def spawn(worker: Callable[[Any], object], cfg: Any) -> None:
     """Run ``worker(cfg)`` in ``--distributed-world-size`` local processes (rank i gets
-    ``cfg.distributed_training.distributed_rank = i``)."""
+    ``cfg.distributed_training.distributed_rank = i``); SIGTERM/SIGUSR1 sent to this process are passed on to them."""
     dcfg: DistributedTrainingConfig = cfg.distributed_training
     port = dcfg.distributed_port if dcfg.distributed_port > 0 else free_port()
     cfg.distributed_training = replace(dcfg, distributed_init_method=f"tcp://127.0.0.1:{port}")
     try:
-        torch.multiprocessing.spawn(_spawned, args=(worker, cfg), nprocs=dcfg.distributed_world_size, join=True)
+        workers = torch.multiprocessing.spawn(_spawned, args=(worker, cfg), nprocs=dcfg.distributed_world_size,
+                                              join=False)
+        with preemption.forwarded_to(lambda: [p.pid for p in workers.processes if p.pid is not None]):
+            while not workers.join():  # a preemption signal sent only to this launcher reaches the workers
+                pass
     except torch.multiprocessing.ProcessExitedException as e:
         raise NmtError(f"distributed worker {e.error_index} stopped with exit code {e.exit_code} "
                        "(its error is printed above)") from None

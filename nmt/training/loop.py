@@ -3,6 +3,9 @@
 Stopping: --max-epoch, --max-update, --stop-time-hours (training time, summed over resumes),
 and --patience (validations in a row without a better --best-checkpoint-metric). Validation
 runs at the end of every --validate-interval epochs and every --validate-interval-updates.
+SIGTERM/SIGUSR1 (preemption, see ``nmt.training.preemption``) stops every rank after the same
+update, with only the validation that was due anyway, and saves checkpoint_last.pt: resuming it
+continues exactly as if the run had never stopped.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import random
+import sys
 import time
 from itertools import islice
 from pathlib import Path
@@ -25,11 +29,12 @@ from nmt.config.train import TrainJob
 from nmt.errors import NmtError
 from nmt.fileio import DiskFullError
 from nmt.plugin_loader import load_plugins
-from nmt.training import distributed
+from nmt.training import distributed, preemption
 from nmt.training.distributed import DistributedContext
 from nmt.training.job_setup import TrainData, build_model_and_criterion, load_data, train_iterator, valid_iterator
 from nmt.training.metrics import UpdateMeter, ValidMeter
 from nmt.training.precision import TrainingDiverged
+from nmt.training.preemption import StopRequest
 from nmt.training.train_log import TrainLog, setup_console_logging
 from nmt.training.trainer import Trainer
 
@@ -56,7 +61,7 @@ def seed_everything(seed: int) -> None:
 class TrainingRun:
     """One call of nmt-train in one process (rank)."""
 
-    def __init__(self, cfg: TrainJob, ctx: DistributedContext):
+    def __init__(self, cfg: TrainJob, ctx: DistributedContext, stop: StopRequest | None = None):
         self.cfg = cfg
         self.ctx = ctx
         setup_console_logging(ctx.is_master)
@@ -65,12 +70,18 @@ class TrainingRun:
         self.data: TrainData = load_data(cfg.task)
         model, criterion = build_model_and_criterion(cfg, self.data)
         self.trainer = Trainer(cfg, model, criterion, ctx)
+        self.stop = stop or StopRequest()  # none given: this run is never asked to stop
+        self.trainer.stop_requested = self.stop.requested
         self.train_itr = train_iterator(cfg, self.data.train, ctx)
         self.manager = CheckpointManager(cfg.checkpoint, config=cfg, writer=ctx.is_master,
                                          dictionaries={"source": self.data.src_dict, "target": self.data.tgt_dict})
         self.train_time = 0.0  # seconds of training before this process (restored on resume)
         self.bad_validations = 0  # validations in a row without a better best metric
         self.last_good: Path | None = None  # the newest checkpoint this run wrote or resumed from
+        self.last_written: list[Path] = []  # the files of the newest save (empty: it had nothing to write)
+        self.stopped_by: str | None = None  # the signal that stopped the run (None: it was not preempted)
+        # The current epoch's figures (and those since the last log line); a mid-epoch checkpoint keeps them.
+        self.epoch_meter, self.interval_meter = UpdateMeter(criterion), UpdateMeter(criterion)
         self.started = time.perf_counter()
         nparams = sum(p.numel() for p in model.parameters())
         self.log.info(f"model {cfg.model.arch['name']}: {nparams:,} parameters; criterion {cfg.criterion['name']}; "
@@ -98,6 +109,10 @@ class TrainingRun:
         extra = training.get("extra") or {}
         self.train_time = float(extra.get("train_time", 0.0))  # without it under --reset-meters
         self.bad_validations = int(extra.get("bad_validations", 0))
+        meters = extra.get("meters")  # absent: an older checkpoint, or --reset-meters
+        if meters and not self.train_itr.end_of_epoch():
+            self.epoch_meter.load_state_dict(meters["epoch"])
+            self.interval_meter.load_state_dict(meters["interval"])
         self.last_good = self.manager.resumed_from
         self.log.info(f"resumed from {self.last_good} at epoch {training['epoch']}, "
                       f"update {t.num_updates}")
@@ -116,12 +131,15 @@ class TrainingRun:
     def save(self, end_of_epoch: bool, val_metrics: dict[str, float] | None, force_last: bool = False) -> None:
         """Whatever checkpoints are due (and checkpoint_last when stopping); rank 0 writes them."""
         epoch, n = self.train_itr.epoch, self.trainer.num_updates
+        meters = {"epoch": self.epoch_meter.state_dict(), "interval": self.interval_meter.state_dict()}
         try:
             written = self.manager.save(self.parts(), epoch=epoch, num_updates=n, end_of_epoch=end_of_epoch,
                                         val_metrics=val_metrics, force_last=force_last,
-                                        extra={"train_time": self.elapsed(), "bad_validations": self.bad_validations})
+                                        extra={"train_time": self.elapsed(), "bad_validations": self.bad_validations,
+                                               "meters": meters})
         except DiskFullError as e:
             raise NmtError(f"update {n}: {e}; training stopped, {self.last_good_hint()}") from e
+        self.last_written = written
         if written:
             self.last_good = written[0]
             self.log.info(f"saved {', '.join(p.name for p in written)} (epoch {epoch}, {n} updates)")
@@ -171,6 +189,13 @@ class TrainingRun:
             return f"reached --stop-time-hours {opt.stop_time_hours}"
         return None
 
+    def _preempted(self, requested: bool) -> str | None:
+        """The stop reason when some rank was sent a preemption signal (and nothing else ended the run)."""
+        if not requested:
+            return None
+        self.stopped_by = self.stop.name() or "a preemption signal sent to another rank"
+        return f"stopped by {self.stopped_by}"
+
     def run(self) -> dict[str, Any]:
         """Train until a stop condition; returns the last epoch's train and valid figures."""
         max_epoch = self.cfg.optimization.max_epoch
@@ -196,8 +221,12 @@ class TrainingRun:
         epoch = self.train_itr.epoch
         total = -(-len(self.train_itr) // opt.update_freq)  # updates in a whole epoch
         done = self.train_itr.offset // opt.update_freq
-        epoch_meter, interval = UpdateMeter(t.criterion), UpdateMeter(t.criterion)
+        if done == 0:  # a new epoch (a resumed one keeps the figures of its first part)
+            self.epoch_meter.reset()
+            self.interval_meter.reset()
+        epoch_meter, interval = self.epoch_meter, self.interval_meter
         reason = None
+        preempt = False  # some rank was signalled: stop after this update, saving it
         tick = time.perf_counter()
         for samples in self.log.bar(chunks(batches, opt.update_freq), epoch, total, done):
             stats = t.train_step(samples)
@@ -213,18 +242,20 @@ class TrainingRun:
                 self.log.emit("train_inner", epoch, interval.summary(n, self.log.wall()), f"{done:>6} / {total}")
                 interval.reset()
             reason = self._stop_reason()
+            preempt = stats["stop_requested"]
             valid_due = stats["applied"] and _every(n, task.validate_interval_updates)
             save_due = stats["applied"] and _every(n, cfg.checkpoint.save_interval_updates)
-            if not self.train_itr.end_of_epoch() and (reason or valid_due or save_due):
+            if not self.train_itr.end_of_epoch() and (reason or preempt or valid_due or save_due):
+                # Preemption validates only when due anyway: the resumed run then logs what an uninterrupted one does.
                 val_metrics = self.validate() if (reason or valid_due) else None
                 if self._track_patience(val_metrics):
                     reason = reason or "patience"
-                self.save(False, val_metrics, force_last=reason is not None)
-            if reason:
+                self.save(False, val_metrics, force_last=reason is not None or preempt)
+            if reason or preempt:
                 break
             tick = time.perf_counter()  # validation and saving are not training time
         if not self.train_itr.end_of_epoch():
-            return reason, {}  # stopped inside the epoch (already validated and saved)
+            return reason or self._preempted(preempt), {}  # stopped inside the epoch (already saved)
 
         summary: dict[str, Any] = {"train": epoch_meter.summary(t.num_updates, self.log.wall())}
         self.log.emit("train", epoch, summary["train"])
@@ -237,29 +268,36 @@ class TrainingRun:
         self.save(True, val_metrics, force_last=True)
         if 0 < opt.max_epoch <= epoch:
             reason = reason or f"reached --max-epoch {opt.max_epoch}"
-        return reason or self._stop_reason(), summary
+        return reason or self._stop_reason() or self._preempted(preempt), summary
 
 
 def train_worker(cfg: TrainJob, save_dir_held: bool = False) -> dict[str, Any]:
     """Train in this process (one rank); joins/leaves the process group around it. Rank 0 holds the
     --save-dir lock for the run unless the launcher that spawned it (``save_dir_held``) already does."""
-    load_plugins(cfg.common.user_dir)  # a spawned worker starts with empty registries
-    ctx = distributed.init(cfg.distributed_training)
-    run = None
-    try:
-        with contextlib.ExitStack() as stack:
-            if ctx.is_master and not save_dir_held:
-                stack.enter_context(hold_save_dir(cfg.checkpoint.save_dir))
-            run = TrainingRun(cfg, ctx)
-            return run.run()
-    except RuntimeError as e:  # another rank died or stalled: say so in one line instead of gloo's trace
-        hint = run.last_good_hint() if run is not None else "no checkpoint was saved by this run"
-        failure = distributed.collective_failure(e, ctx, cfg.distributed_training.ddp_timeout, hint)
-        if failure is None:
-            raise
-        raise failure from e
-    finally:
-        distributed.shutdown()
+    with preemption.stop_requests() as stop:  # first: a signal while starting up stops after update 1
+        load_plugins(cfg.common.user_dir)  # a spawned worker starts with empty registries
+        ctx = distributed.init(cfg.distributed_training)
+        run = None
+        try:
+            with contextlib.ExitStack() as stack:
+                if ctx.is_master and not save_dir_held:
+                    stack.enter_context(hold_save_dir(cfg.checkpoint.save_dir))
+                run = TrainingRun(cfg, ctx, stop)
+                summary = run.run()
+        except RuntimeError as e:  # another rank died or stalled: say so in one line instead of gloo's trace
+            hint = run.last_good_hint() if run is not None else "no checkpoint was saved by this run"
+            failure = distributed.collective_failure(e, ctx, cfg.distributed_training.ddp_timeout, hint)
+            if failure is None:
+                raise
+            raise failure from e
+        finally:
+            distributed.shutdown()
+        # After the save dir's lock and the process group are released: the job may be requeued now.
+        if run is not None and run.stopped_by is not None and ctx.is_master:
+            line = preemption.stop_line(run.stopped_by, run.trainer.num_updates, run.last_written,
+                                        cfg.checkpoint.requeue_on_preemption, run.last_good_hint())
+            print(line, file=sys.stderr, flush=True)
+        return summary
 
 
 def train(cfg: TrainJob) -> dict[str, Any] | None:

@@ -38,6 +38,22 @@ class UpdateMeter:
         self.train_time += seconds
         self.last = stats
 
+    def state_dict(self) -> dict[str, Any]:
+        """The sums so far, for a checkpoint taken inside an epoch: the resumed run's next log lines then
+        show the same figures as a run that never stopped."""
+        return {"sums": dict(self.sums), "updates": self.updates, "gnorm_sum": self.gnorm_sum,
+                "clipped": self.clipped, "train_time": self.train_time,
+                "last": {k: self.last.get(k) for k in ("lr", "loss_scale")}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.reset()
+        self.sums.update({k: float(v) for k, v in state["sums"].items() if k in self.sums})
+        self.updates = int(state["updates"])
+        self.gnorm_sum = float(state["gnorm_sum"])
+        self.clipped = int(state["clipped"])
+        self.train_time = float(state["train_time"])
+        self.last = dict(state.get("last") or {})
+
     def summary(self, num_updates: int, wall: float) -> dict[str, Any]:
         """The figures of a log line: loss, nll_loss, ppl, wps, ups, wpb, bsz, lr, gnorm, clip, ..."""
         n = max(self.updates, 1)

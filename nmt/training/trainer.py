@@ -4,12 +4,13 @@ An update runs forward/backward on ``--update-freq`` batches (DDP's all-reduce o
 last), sums their losses' logged figures over the ranks, divides the gradients once by the total
 number of target tokens of the update (all ranks, all batches), clips, checks for overflow, and
 steps the optimizer. The result does not depend on how the batches were split over ranks and
-accumulation steps.
+accumulation steps. The same all-reduce carries each rank's preemption request, so that every rank
+knows after the same update whether to stop (``nmt.training.preemption``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -20,6 +21,8 @@ from nmt.training.distributed import DistributedContext
 from nmt.training.lr_scheduler import build_lr_scheduler
 from nmt.training.optimizer import build_optimizer
 from nmt.training.precision import Precision, check_finite_loss
+
+_STOP = "stop_requests"  # rides with the update's figures: how many ranks were asked to stop
 
 
 def move_to(sample: Any, device: torch.device) -> Any:
@@ -51,6 +54,7 @@ class Trainer:
                                                max_update=cfg.optimization.max_update)
         self.precision = Precision(cfg.precision, ctx.device, ctx.world_size, cfg.optimization.update_freq)
         self.num_updates = 0
+        self.stop_requested: Callable[[], bool] = lambda: False  # read once per update, by every rank
 
     # ------------------------------------------------------------------ training
 
@@ -59,7 +63,8 @@ class Trainer:
         the epoch iterator guarantees it).
 
         Returns the update's figures summed over batches and ranks, plus gnorm, clipped, lr,
-        loss_scale and ``applied`` (False when fp16 skipped an overflowing update)."""
+        loss_scale, ``applied`` (False when fp16 skipped an overflowing update) and ``stop_requested``
+        (some rank was asked to stop: every rank stops after this update)."""
         self.model.train()
         self.criterion.train()
         scale = self.precision.loss_scale
@@ -72,8 +77,9 @@ class Trainer:
                 (loss * scale if scale != 1.0 else loss).backward()
             for k in sums:
                 sums[k] += float(log.get(k, 0.0))
-        totals = self._all_reduce_stats(sums)
-        return self._step(totals)
+        totals = self._all_reduce_stats({**sums, _STOP: float(self.stop_requested())})
+        stop = totals.pop(_STOP) > 0
+        return {**self._step(totals), "stop_requested": stop}
 
     def _all_reduce_stats(self, sums: dict[str, float]) -> dict[str, float]:
         """Sum the update's figures over the ranks (one small all-reduce)."""
