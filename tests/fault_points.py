@@ -18,6 +18,9 @@ nmt itself knows about faults; the hooks wrap the trainer and the checkpoint wri
 
 A ``block-*`` or ``stall`` fault writes the file ``NMT_TEST_FAULT_MARKER`` (when set) and then
 sleeps: the test sees the marker and SIGKILLs the process while it is inside that phase.
+
+Under torchrun the fault is planted in the first attempt only (``TORCHELASTIC_RESTART_COUNT`` 0), so
+the worker group torchrun restarts after the kill runs without it.
 """
 
 from __future__ import annotations
@@ -152,7 +155,7 @@ def install(spec: str) -> None:
 
 def main() -> None:
     spec = os.environ.get(FAULT_ENV)
-    if spec:
+    if spec and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
         install(spec)
     if os.environ.get(FP16_ON_CPU_ENV):  # run --fp16's loss scaler on the CPU (the model stays fp32)
         from nmt.training import precision
