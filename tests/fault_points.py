@@ -22,6 +22,9 @@ several of them joined by commas:
 
 A ``block-*`` or ``stall`` fault writes the file ``NMT_TEST_FAULT_MARKER`` (when set) and then
 sleeps: the test sees the marker and SIGKILLs the process while it is inside that phase.
+
+Under torchrun the fault is planted in the first attempt only (``TORCHELASTIC_RESTART_COUNT`` 0), so
+the worker group torchrun restarts after the kill runs without it.
 """
 
 from __future__ import annotations
@@ -164,7 +167,8 @@ def install(spec: str) -> None:
 
 
 def main() -> None:
-    for spec in filter(None, os.environ.get(FAULT_ENV, "").split(",")):
+    first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"  # a restarted group runs clean
+    for spec in filter(None, os.environ.get(FAULT_ENV, "").split(",") if first_attempt else []):
         install(spec)
     if os.environ.get(FP16_ON_CPU_ENV):  # run --fp16's loss scaler on the CPU (the model stays fp32)
         from nmt.training import precision

@@ -86,6 +86,23 @@ def test_rng_state_round_trips_through_a_safe_checkpoint(tmp_path):
     assert torch.equal(torch.rand(3), expected[2])
 
 
+def test_each_rank_resumes_with_its_own_random_generators(tmp_path):
+    """Several processes: the checkpoint holds every rank's generators and rank r gets back rank r's
+    (rank 1's dropout masks go on as if never stopped); a rank past the stored ones gets the writer's."""
+    draws = {}
+    for seed in (10, 11):
+        torch.manual_seed(seed)
+        draws[seed] = (get_rng_state(), torch.rand(3))
+    parts = TrainingParts(torch.nn.Linear(4, 3))
+    torch.manual_seed(10)  # the writer, rank 0, saves its own generators as "rng"
+    manager(manager_cfg(tmp_path)).save(parts, epoch=1, num_updates=2, end_of_epoch=False, force_last=True,
+                                        rng_ranks=[draws[10][0], draws[11][0]])
+    for rank, seed in ((0, 10), (1, 11), (2, 10)):
+        torch.manual_seed(99)
+        manager(manager_cfg(tmp_path), rank=rank).resume(TrainingParts(torch.nn.Linear(4, 3)))
+        assert torch.equal(torch.rand(3), draws[seed][1]), rank
+
+
 def test_config_is_stored_as_plain_types_and_loads_weights_only(tmp_path):
     state = tiny_state()
     save_checkpoint(tmp_path / "c.pt", state)

@@ -117,3 +117,19 @@ def test_only_collective_failures_become_one_line_errors():
     assert "pair.cc" not in str(error) and "--ddp-timeout 30 s" in str(error)
     assert distributed.collective_failure(RuntimeError("shape mismatch"), ctx, 30, "hint") is None  # a bug: traceback
     assert distributed.collective_failure(gloo, distributed.DistributedContext(), 30, "hint") is None
+
+
+def test_ranks_resuming_from_different_checkpoints_are_refused(monkeypatch):
+    """On several machines without a shared --save-dir rank 0 would resume while another rank starts afresh."""
+    from types import SimpleNamespace
+
+    from nmt.errors import NmtError
+    from nmt.training.loop import TrainingRun
+
+    run = SimpleNamespace(ctx=distributed.DistributedContext(rank=1, world_size=2),
+                          cfg=SimpleNamespace(checkpoint=SimpleNamespace(save_dir="ckpt")))
+    monkeypatch.setattr(distributed, "all_gather_object", lambda value: [4, value])
+    TrainingRun._check_same_start(run, {"num_updates": 4})  # both at update 4: fine
+    with pytest.raises(NmtError, match=r"--save-dir ckpt: the ranks resume from different checkpoints "
+                                       r"\(rank 0 at update 4, rank 1 found none\); .* shared filesystem"):
+        TrainingRun._check_same_start(run, None)

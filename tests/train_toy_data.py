@@ -14,14 +14,16 @@ TINY_MODEL = ["--arch", "transformer_tiny", "--encoder-layers", "1", "--decoder-
 
 
 def make_toy_task(folder: Path, *, n_train: int = 1000, n_valid: int = 64, vocab: int = 16, min_len: int = 3,
-                  max_len: int = 8, reverse: bool = False, seed: int = 0) -> Path:
-    """Write src/tgt text (tgt = src copied or reversed) and binarize it; returns the data-bin."""
+                  max_len: int = 8, reverse: bool = False, seed: int = 0, more_valid: tuple[int, ...] = ()) -> Path:
+    """Write src/tgt text (tgt = src copied or reversed) and binarize it; returns the data-bin.
+    ``more_valid``: the sizes of further validation splits valid1, valid2, ..."""
     from nmt.cli.preprocess import main as preprocess
 
     rng = random.Random(seed)
     words = [f"t{i}" for i in range(vocab)]
     folder.mkdir(parents=True, exist_ok=True)
-    for split, n in (("train", n_train), ("valid", n_valid)):
+    valid_splits = [("valid", n_valid)] + [(f"valid{i}", n) for i, n in enumerate(more_valid, 1)]
+    for split, n in [("train", n_train), *valid_splits]:
         with open(folder / f"{split}.src", "w") as fs, open(folder / f"{split}.tgt", "w") as ft:
             for _ in range(n):
                 tokens = [rng.choice(words) for _ in range(rng.randint(min_len, max_len))]
@@ -30,7 +32,8 @@ def make_toy_task(folder: Path, *, n_train: int = 1000, n_valid: int = 64, vocab
     dest = folder / "bin"
     try:
         preprocess(["--source-lang", "src", "--target-lang", "tgt", "--trainpref", str(folder / "train"),
-                    "--validpref", str(folder / "valid"), "--destdir", str(dest), "--joined-dictionary"])
+                    "--validpref", ",".join(str(folder / s) for s, _ in valid_splits), "--destdir", str(dest),
+                    "--joined-dictionary"])
     except SystemExit as e:
         assert e.code in (0, None), f"nmt-preprocess exited with {e.code}"
     return dest

@@ -13,7 +13,10 @@ callable is refused instead of executed. Layout (``FORMAT_VERSION`` 2, :mod:`nmt
     user_dir         the --user-dir it was trained with (absolute) or None
     dictionaries     {"source": fingerprint, "target": fingerprint}
     training         epoch, num_updates, end_of_epoch, iterator (epoch iterator state),
-                     optimizer, lr_scheduler, scaler, rng, best {metric, value}, extra
+                     optimizer, lr_scheduler, scaler, rng, rng_ranks, best {metric, value}, extra
+
+``rng`` is the writer's (rank 0's) random generators; ``rng_ranks`` every rank's, in rank order, when
+several processes trained (None otherwise), so that each rank of a resumed run draws what it would have.
 """
 
 from __future__ import annotations
@@ -68,13 +71,15 @@ def build_state(*, model: torch.nn.Module, config: Any, epoch: int, num_updates:
                 optimizer: Any = None, lr_scheduler: Any = None, scaler: Any = None,
                 iterator_state: Mapping[str, Any] | None = None, end_of_epoch: bool = False,
                 dictionaries: Mapping[str, Any] | None = None, model_config: Any = None,
-                best: Mapping[str, Any] | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                best: Mapping[str, Any] | None = None, extra: Mapping[str, Any] | None = None,
+                rng_ranks: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Everything a run needs to continue exactly, as plain types. Call it on rank 0 right after an update.
 
     ``config`` is the resolved config (dataclass, omegaconf or dict); ``model_config`` defaults to its
     ``model`` section; ``dictionaries`` maps a name ("source", "target") to a Dictionary (its
     ``fingerprint()`` is stored) or to a fingerprint string; ``best`` is the best validation so far
-    (``{"metric", "value"}``); ``extra`` holds the trainer's own plain values.
+    (``{"metric", "value"}``); ``extra`` holds the trainer's own plain values; ``rng_ranks`` every rank's
+    :func:`get_rng_state` under several processes.
     Tensors are shared with the live model and optimizer: save the state before the next update."""
     from nmt.config.loader import to_plain
 
@@ -101,6 +106,7 @@ def build_state(*, model: torch.nn.Module, config: Any, epoch: int, num_updates:
             "lr_scheduler": lr_scheduler.state_dict() if lr_scheduler is not None else None,
             "scaler": scaler.state_dict() if scaler is not None else None,
             "rng": get_rng_state(),
+            "rng_ranks": [dict(r) for r in rng_ranks] if rng_ranks is not None else None,
             "best": dict(best) if best is not None else None,
             "extra": dict(extra or {}),
         },

@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -56,14 +56,16 @@ class CheckpointManager:
     ``maximize_best_checkpoint_metric``, the ``reset_*`` flags; ``save_interval``, ``no_epoch_checkpoints``
     and ``no_last_checkpoints`` are honoured when present). ``config`` is the whole run's config (stored in
     each checkpoint), ``dictionaries`` the run's (checked on resume, fingerprinted on save); only a
-    ``writer`` (rank 0) writes files, every rank tracks the best metric."""
+    ``writer`` (rank 0) writes files, every rank tracks the best metric; ``rank`` picks this process's
+    random generators out of a checkpoint several processes wrote."""
 
     def __init__(self, cfg: Any, *, config: Any = None, dictionaries: Mapping[str, Any] | None = None,
-                 writer: bool = True):
+                 writer: bool = True, rank: int = 0):
         self.cfg = cfg
         self.config = config
         self.dictionaries = dict(dictionaries or {})
         self.writer = writer
+        self.rank = rank
         self.save_dir = Path(getattr(cfg, "save_dir", "checkpoints"))
         self.metric: str = getattr(cfg, "best_checkpoint_metric", "loss") or "loss"
         self.maximize: bool = bool(getattr(cfg, "maximize_best_checkpoint_metric", False))
@@ -119,9 +121,11 @@ class CheckpointManager:
 
     def save(self, parts: TrainingParts, *, epoch: int, num_updates: int, end_of_epoch: bool,
              val_metrics: Mapping[str, float] | None = None, force_last: bool = False,
-             extra: Mapping[str, Any] | None = None) -> list[Path]:
+             extra: Mapping[str, Any] | None = None, rng_ranks: Sequence[Mapping[str, Any]] | None = None
+             ) -> list[Path]:
         """Record the validation in the best metric and, on the writer, write the run's state under every
-        name due now (see :meth:`names`), then prune old files. Returns the files written.
+        name due now (see :meth:`names`), then prune old files. Returns the files written. ``rng_ranks``:
+        every rank's random generators (several processes), stored for :meth:`resume`.
 
         The state is built only when something is due; the best value so far goes inside it, so a
         resumed run keeps comparing against it."""
@@ -138,7 +142,7 @@ class CheckpointManager:
             optimizer=parts.optimizer, lr_scheduler=parts.lr_scheduler, scaler=parts.scaler,
             iterator_state=parts.iterator.state_dict() if parts.iterator is not None else None,
             end_of_epoch=end_of_epoch, dictionaries=self.dictionaries,
-            best={"metric": self.metric, "value": self.best}, extra=extra)
+            best={"metric": self.metric, "value": self.best}, extra=extra, rng_ranks=rng_ranks)
         written = save_checkpoint([self.save_dir / n for n in names], state)
         self.prune()
         return written
@@ -248,9 +252,16 @@ class CheckpointManager:
                 self._load_part(getattr(parts, name), name, training[name], path)
         if reset["meters"]:
             training["extra"] = {k: v for k, v in (training.get("extra") or {}).items() if k not in _METER_KEYS}
-        if training.get("rng") is not None:
-            set_rng_state(training["rng"])
+        rng = self._rng_of_this_rank(training)
+        if rng is not None:
+            set_rng_state(rng)
         return training
+
+    def _rng_of_this_rank(self, training: Mapping[str, Any]) -> Any:
+        """This rank's stored random generators when several processes wrote the checkpoint (and it has
+        one for this rank), else the writer's (older checkpoints, single-process runs)."""
+        ranks = training.get("rng_ranks") or []
+        return ranks[self.rank] if self.rank < len(ranks) else training.get("rng")
 
     @staticmethod
     def _check_training_parts(training: Mapping[str, Any], parts: TrainingParts, reset: Mapping[str, bool],

@@ -123,9 +123,26 @@ def init(cfg: DistributedTrainingConfig) -> DistributedContext:
         backend = cfg.distributed_backend or ("nccl" if device.type == "cuda" else "gloo")
         if backend == "nccl" and device.type != "cuda":
             raise ConfigError("--distributed-backend nccl needs CUDA; use gloo on the CPU")
-        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=cfg.ddp_timeout))
+        timeout = datetime.timedelta(seconds=cfg.ddp_timeout)
+        if under_torchrun() and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+            dist.init_process_group(backend, store=attempt_store(rank, world, timeout), rank=rank, world_size=world,
+                                    timeout=timeout)
+        else:
+            dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world, timeout=timeout)
     return DistributedContext(rank, world, local_rank, local_world, device)
+
+
+def attempt_store(rank: int, world: int, timeout: datetime.timedelta) -> dist.Store:
+    """torchrun's agent store seen under a prefix of this attempt (``TORCHELASTIC_RESTART_COUNT``).
+
+    The agent keeps one store for all the worker groups it starts, so after an elastic restart the
+    new workers would find the dead ones' gloo/nccl addresses in it and wait forever to connect to
+    them (pytorch/pytorch#135712). The restart count is the same for every worker of one agent; with
+    several agents it may differ, hence TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in docs/multi-gpu.md."""
+    from torch.distributed.rendezvous import rendezvous
+
+    store, _, _ = next(rendezvous("env://", rank, world, timeout=timeout))
+    return dist.PrefixStore(f"nmt/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
 _COLLECTIVE_FAILURES = ("gloo", "nccl", "timed out", "connection closed", "connection reset", "broken pipe")
@@ -193,6 +210,15 @@ def all_reduce_grads(params: Iterable[torch.nn.Parameter]) -> None:
     for g in grads:
         g.copy_(flat[offset:offset + g.numel()].view_as(g))
         offset += g.numel()
+
+
+def all_gather_object(value: Any) -> list[Any]:
+    """Every rank's ``value`` (picklable, small), in rank order; ``[value]`` with one process."""
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return [value]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, value)
+    return out
 
 
 def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:

@@ -53,7 +53,8 @@ def train_iterator(cfg: TrainJob, dataset: Any, ctx: DistributedContext) -> Epoc
 
 
 def valid_iterator(cfg: TrainJob, subset: str, dataset: Any, ctx: DistributedContext) -> EpochBatchIterator:
-    """Validation batches in a fixed order; nothing dropped (short shards are topped up)."""
+    """Validation batches in a fixed order, each on exactly one rank (shards may differ by one batch, and a
+    rank may get none: validation has no collective per batch, only the final sums are all-reduced)."""
     task, model, seed = cfg.task, cfg.model, cfg.common.seed
     plan = batch_by_size(dataset.src_sizes, dataset.tgt_sizes, max_tokens=task.max_tokens_valid or task.max_tokens,
                          max_sentences=task.batch_size_valid or task.batch_size,
@@ -62,7 +63,7 @@ def valid_iterator(cfg: TrainJob, subset: str, dataset: Any, ctx: DistributedCon
                          max_target_positions=model.max_target_positions,
                          skip_invalid=task.skip_invalid_size_inputs_valid_test, seed=seed, split=subset)
     return EpochBatchIterator(dataset, plan.batches, seed=seed, num_shards=ctx.world_size, shard_id=ctx.rank,
-                              shuffle=False, drop_remainder=False, num_workers=0)
+                              shuffle=False, even=False, num_workers=0)
 
 
 def build_model_and_criterion(cfg: TrainJob, data: TrainData) -> tuple[Any, Any]:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from nmt.checkpoint.manager import CheckpointManager, TrainingParts
+from nmt.checkpoint.rng_state import get_rng_state
 from nmt.checkpoint.save_dir import hold_save_dir
 from nmt.config.loader import save_config
 from nmt.config.train import TrainJob
@@ -73,7 +74,7 @@ class TrainingRun:
         self.stop = stop or StopRequest()  # none given: this run is never asked to stop
         self.trainer.stop_requested = self.stop.requested
         self.train_itr = train_iterator(cfg, self.data.train, ctx)
-        self.manager = CheckpointManager(cfg.checkpoint, config=cfg, writer=ctx.is_master,
+        self.manager = CheckpointManager(cfg.checkpoint, config=cfg, writer=ctx.is_master, rank=ctx.rank,
                                          dictionaries={"source": self.data.src_dict, "target": self.data.tgt_dict})
         self.train_time = 0.0  # seconds of training before this process (restored on resume)
         self.bad_validations = 0  # validations in a row without a better best metric
@@ -101,6 +102,7 @@ class TrainingRun:
 
     def _restore(self) -> None:
         training = self.manager.resume(self.parts())
+        self._check_same_start(training)
         if training is None:
             return
         t = self.trainer
@@ -117,6 +119,19 @@ class TrainingRun:
         self.log.info(f"resumed from {self.last_good} at epoch {training['epoch']}, "
                       f"update {t.num_updates}")
 
+    def _check_same_start(self, training: dict[str, Any] | None) -> None:
+        """Refuse ranks that resumed from different points: on several machines without a shared --save-dir,
+        rank 0 would continue from its checkpoint while the others start afresh, and the replicas part ways."""
+        if not self.ctx.is_distributed:
+            return
+        starts = distributed.all_gather_object(None if training is None else int(training["num_updates"]))
+        if len(set(starts)) > 1:
+            found = ", ".join(f"rank {r} {'at update ' + str(s) if s is not None else 'found none'}"
+                              for r, s in enumerate(starts))
+            raise NmtError(f"--save-dir {self.cfg.checkpoint.save_dir}: the ranks resume from different checkpoints "
+                           f"({found}); give every node the same --save-dir on a shared filesystem (or the same "
+                           "--restore-file)")
+
     def last_good_hint(self) -> str:
         """Where to resume from after a failure, for its one-line message."""
         if self.last_good is not None:
@@ -129,12 +144,14 @@ class TrainingRun:
         return self.train_time + time.perf_counter() - self.started
 
     def save(self, end_of_epoch: bool, val_metrics: dict[str, float] | None, force_last: bool = False) -> None:
-        """Whatever checkpoints are due (and checkpoint_last when stopping); rank 0 writes them."""
+        """Whatever checkpoints are due (and checkpoint_last when stopping); rank 0 writes them, with every
+        rank's random generators (gathered on every call, by every rank, whether or not a file is due)."""
         epoch, n = self.train_itr.epoch, self.trainer.num_updates
         meters = {"epoch": self.epoch_meter.state_dict(), "interval": self.interval_meter.state_dict()}
+        rng_ranks = distributed.all_gather_object(get_rng_state()) if self.ctx.is_distributed else None
         try:
             written = self.manager.save(self.parts(), epoch=epoch, num_updates=n, end_of_epoch=end_of_epoch,
-                                        val_metrics=val_metrics, force_last=force_last,
+                                        val_metrics=val_metrics, force_last=force_last, rng_ranks=rng_ranks,
                                         extra={"train_time": self.elapsed(), "bad_validations": self.bad_validations,
                                                "meters": meters})
         except DiskFullError as e:
@@ -153,9 +170,9 @@ class TrainingRun:
         for subset, dataset in self.data.valid.items():
             itr = valid_iterator(self.cfg, subset, dataset, self.ctx)
             meter = ValidMeter(self.trainer.criterion)
-            for sample in itr.next_epoch_itr():
+            for sample in itr.next_epoch_itr():  # this rank's share, possibly none
                 meter.add(self.trainer.valid_step(sample))
-            meter.sums = self.trainer.all_reduce(meter.sums)
+            meter.set_totals(self.trainer.all_reduce(meter.totals()))  # every rank: one all-reduce
             stats = meter.summary(self.trainer.num_updates)
             if first is None:
                 value = self.manager.metric_value(stats)

@@ -76,8 +76,13 @@ class UpdateMeter:
         return out
 
 
+_BATCHES = "valid_batches"  # the batch count's key among the totals summed over the ranks
+
+
 class ValidMeter:
-    """Sums of the validation batches' logging outputs (the criterion's ``logged_sums``)."""
+    """Sums of the validation batches' logging outputs (the criterion's ``logged_sums``) and their count.
+    Under several ranks each meter sees its own share of the batches; :meth:`totals` and
+    :meth:`set_totals` carry both over one all-reduce, so every figure is the single process's."""
 
     def __init__(self, criterion: Criterion) -> None:
         self.criterion = criterion
@@ -90,10 +95,19 @@ class ValidMeter:
             self.sums[k] += float(stats.get(k, 0.0))
         self.batches += 1
 
+    def totals(self) -> dict[str, float]:
+        """This meter's sums and batch count, to be summed over the ranks."""
+        return {**self.sums, _BATCHES: float(self.batches)}
+
+    def set_totals(self, totals: dict[str, float]) -> None:
+        """Take the sums and batch count of every rank (what :meth:`totals` gave, all-reduced)."""
+        self.sums = {k: float(totals[k]) for k in self.sums}
+        self.batches = int(round(totals[_BATCHES]))
+
     def summary(self, num_updates: int) -> dict[str, Any]:
         seconds = max(time.perf_counter() - self.start, 1e-9)
         out: dict[str, Any] = self.criterion.reduce_metrics(self.sums)
-        n = max(self.batches, 1)  # this rank's batches; the sums are over all ranks
+        n = max(self.batches, 1)
         out.update({"wps": self.sums["ntokens"] / seconds, "wpb": self.sums["ntokens"] / n,
                     "bsz": self.sums["nsentences"] / n, "num_updates": num_updates})
         return out
