@@ -120,6 +120,21 @@ def test_the_sample_size_and_seed_change_the_model(raw, tmp_path, capsys):
     assert len({models["all"], models["seed1"], models["seed2"]}) == 3
 
 
+def test_identity_normalization_keeps_the_exact_text(tmp_path, capsys):
+    """nmt_nfkc (the default) decodes "ﬁ" (a ligature) and "½" to their compatibility forms; identity keeps them."""
+    raw = write_raw_corpus(tmp_path / "raw", n_train=40)
+    for lang in ("en", "de"):
+        with open(raw / f"train.{lang}", "a", encoding="utf-8") as f:
+            f.write("½ ﬁne cat.\n")
+    line = "The ﬁne cat sat ½."
+    decoded = {}
+    for rule in ("nmt_nfkc", "identity"):
+        preprocess(raw, tmp_path / rule, capsys, *SPM, "--joined-dictionary", "--spm-normalization", rule)
+        pipeline = load_text_pipeline(tmp_path / rule, "en")
+        decoded[rule] = pipeline.decode(pipeline.encode(line))
+    assert decoded == {"nmt_nfkc": "The fine cat sat 1⁄2.", "identity": line}
+
+
 @pytest.mark.parametrize("options, needle", [
     (["--spm-model-type", "word"], "--spm-model-type 'word': choose one of unigram, bpe"),
     (["--spm-vocab-size", "1"], "--spm-vocab-size 1: must be >= 2"),

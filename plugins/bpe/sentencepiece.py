@@ -47,8 +47,9 @@ class SentencePieceConfig:
     spm_character_coverage: float = opt(1.0, "Share of the training characters the pieces must cover; the rarer "
                                              "ones stay out of every piece (a run of them is one token).",
                                         low=0.98, high=1.0)
-    spm_input_sentence_size: int = opt(1_000_000, "Learn on at most this many training sentences, a random sample "
-                                                  "drawn with --spm-sample-seed (0: all of them).", low=0)
+    spm_input_sentence_size: int = opt(1_000_000, "Learn on at most this many training sentences (both languages' "
+                                                  "together for joint codes), a random sample drawn with "
+                                                  "--spm-sample-seed (0: all of them).", low=0)
     spm_sample_seed: int = opt(1, "Seed of that sample: the same seed gives the same model.", low=0, high=2**32 - 1)
     spm_normalization: str = opt("nmt_nfkc", "sentencepiece's Unicode normalization of the text before it is cut "
                                              "into pieces (identity: none, so decoding gives back the exact text).",
