@@ -72,7 +72,7 @@ def test_destdir_with_different_data_is_refused(setup, capsys):
 
 
 @pytest.mark.parametrize("option,value,hint", [("--tokenizer", "mosses", 'Did you mean "moses"'),
-                                               ("--bpe", "sentencepiece", "choices: none, subword_nmt")])
+                                               ("--bpe", "subword-nmt", "choices: none, sentencepiece, subword_nmt")])
 def test_unknown_tokenizer_or_bpe(setup, capsys, option, value, hint):
     _, train, dest = setup
     expect_failure(base_args(train, dest, "--overwrite", option, value), capsys, dest, 2, value, hint)

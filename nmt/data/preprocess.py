@@ -245,23 +245,26 @@ def _text_pass_all(run: _Run, step_for: Any, tag: str, train_counts: dict[str, C
 def _text_passes(run: _Run, tokenizer_cls: Any, bpe_cls: Any) -> tuple[dict[str, Counter], dict[str, str]]:
     """Tokenize, learn BPE on the training text, apply it. Returns the token counts of the final
     training text (for the dictionaries) and the codes file of each language."""
-    cfg, out, (src, tgt) = run.cfg, run.out, run.langs
+    cfg, out = run.cfg, run.out
     train_counts: dict[str, Counter] = {}
     if not tokenizer_cls.identity:
         _text_pass_all(run, lambda lang: ("tokenizer", dict(cfg.tokenizer), lang), "tok", train_counts)
         run.laps.lap("tokenize")
     codes: dict[str, str] = {}
     if not bpe_cls.identity:
-        if not train_counts:
+        if not train_counts:  # no tokenizer pass has read (and checked) the training text yet
             _count_train(run, train_counts)
         bpe_cfg = BPE.options(cfg.bpe["name"], plugin_options(cfg.bpe))
-        if cfg.joined_dictionary:
-            codes = {src: codes_file_name(None), tgt: codes_file_name(None)}
-            bpe_cls.learn(bpe_cfg, train_counts[src] + train_counts[tgt], out / codes[src])
-        else:
-            for lang in run.langs:
-                codes[lang] = codes_file_name(lang)
-                bpe_cls.learn(bpe_cfg, train_counts[lang], out / codes[lang])
+        # joint codes learned on both languages with --joined-dictionary, else one file per language
+        codes = {lang: codes_file_name(None if cfg.joined_dictionary else lang, bpe_cls.codes_file)
+                 for lang in run.langs}
+        for name in dict.fromkeys(codes.values()):
+            langs = [lang for lang in run.langs if codes[lang] == name]
+            if bpe_cls.learns_from_text:
+                assert run.train is not None  # _check_options: a learned BPE needs --trainpref
+                bpe_cls.learn_from_text(bpe_cfg, [run.train.text[lang] for lang in langs], out / name)
+            else:
+                bpe_cls.learn(bpe_cfg, sum((train_counts[lang] for lang in langs), Counter()), out / name)
         run.laps.lap("learn bpe")
         train_counts.clear()
         _text_pass_all(run, lambda lang: ("bpe", dict(cfg.bpe), str(out / codes[lang])), "bpe", train_counts)

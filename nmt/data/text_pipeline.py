@@ -34,10 +34,12 @@ class Tokenizer:
 
 
 class BPE:
-    """Splits tokens into subwords. ``learn`` writes the model (codes) to a file from word counts;
-    an instance applies the codes read from that file."""
+    """Splits tokens into subwords. ``learn`` writes the model (codes) to a file from word counts (or
+    ``learn_from_text`` from the training text itself); an instance applies the codes read from that file."""
 
     identity = False  # True for "no subwords": no codes are learned or stored
+    codes_file = "bpe.codes"  # the codes' file name in a data-bin (".LANG" added when each language has its own)
+    learns_from_text = False  # True: nmt-preprocess calls learn_from_text, not learn (sentence-level learners)
 
     def __init__(self, cfg: Any, codes_path: Path | None):
         self.cfg = cfg
@@ -46,6 +48,13 @@ class BPE:
     @classmethod
     def learn(cls, cfg: Any, word_counts: dict[str, int], codes_path: Path) -> None:
         """Learn the subword model from ``{token: count}`` of the training text; write ``codes_path``."""
+        raise NotImplementedError
+
+    @classmethod
+    def learn_from_text(cls, cfg: Any, text_files: list[Path], codes_path: Path) -> None:
+        """Learn the subword model from the training text (the tokenizer's output, one sentence per line,
+        UTF-8 already checked; several files for joint codes); write ``codes_path``. For learners whose
+        model depends on whole sentences (sampling them, or pieces across tokens), not only word counts."""
         raise NotImplementedError
 
     def encode(self, line: str) -> str:
@@ -75,9 +84,10 @@ def normalize_space(line: str) -> str:
     return " ".join(line.split())
 
 
-def codes_file_name(lang: str | None) -> str:
-    """Where BPE codes live in a data folder: one joint file, or one per language."""
-    return "bpe.codes" if lang is None else f"bpe.codes.{lang}"
+def codes_file_name(lang: str | None, stem: str = BPE.codes_file) -> str:
+    """Where BPE codes live in a data folder: one joint file, or one per language (``stem``: the BPE
+    plugin's ``codes_file``)."""
+    return stem if lang is None else f"{stem}.{lang}"
 
 
 def plugin_options(spec: dict[str, Any]) -> dict[str, Any]:

@@ -177,7 +177,7 @@ def _pipeline(tokenizer: str, bpe: str, bpe_codes: str | None, langs: list[str])
         codes = Path(bpe_codes)
         if not codes.is_file():
             raise UsageError(f"--bpe-codes {codes}: no such file; give the BPE codes the fairseq data was made with")
-        specs["bpe"]["codes"] = {lang: codes_file_name(None) for lang in langs}
+        specs["bpe"]["codes"] = {lang: codes_file_name(None, BPE.get(bpe).codes_file) for lang in langs}
     elif bpe != "none":
         raise UsageError(f"--bpe {bpe} needs --bpe-codes FILE (the codes the fairseq data was made with)")
     return {"tokenizer": specs["tokenizer"], "bpe": specs["bpe"], "user_dir": None}, codes
@@ -209,8 +209,8 @@ def convert_data_bin(fairseq_dir: str | Path, output: str | Path, *, source_lang
     try:
         for lang, d in dicts.items():
             d.save(tmp / f"dict.{lang}.txt")
-        if codes is not None:
-            shutil.copyfile(codes, tmp / "bpe.codes")
+        if codes is not None:  # one joint file, named as the BPE plugin names its codes
+            shutil.copyfile(codes, tmp / pipeline["bpe"]["codes"][src])
         split_meta = {s: {lang: _convert_split(folder / f"{s}.{src}-{tgt}.{lang}", tmp / f"{s}.{src}-{tgt}.{lang}",
                                                dicts[lang]) for lang in (src, tgt)} for s in splits}
         meta = data_bin_metadata(

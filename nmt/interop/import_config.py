@@ -20,8 +20,10 @@ class ImportDataJob:
     target_lang: Optional[str] = opt(None, "Target language [default: the only pair in --path].")
     tokenizer: str = opt("space", "Tokenizer the fairseq text went through (nmt-generate undoes it for BLEU), "
                                   "e.g. moses.")
-    bpe: str = opt("none", "Subword model the fairseq text went through, e.g. subword_nmt (needs --bpe-codes).")
-    bpe_codes: Optional[str] = opt(None, "The BPE codes file the fairseq data was made with (copied into --output).")
+    bpe: str = opt("none", "Subword model the fairseq text went through, e.g. subword_nmt or sentencepiece (needs "
+                           "--bpe-codes).")
+    bpe_codes: Optional[str] = opt(None, "The BPE codes file the fairseq data was made with, or its sentencepiece "
+                                         ".model file (copied into --output).")
     overwrite: bool = opt(False, "Replace --output when it holds other data.")
 
 
