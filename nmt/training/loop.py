@@ -65,7 +65,7 @@ class TrainingRun:
         self.data: TrainData = load_data(cfg.task)
         model, criterion = build_model_and_criterion(cfg, self.data)
         self.trainer = Trainer(cfg, model, criterion, ctx)
-        self.train_itr = train_iterator(cfg, self.data.train, ctx)
+        self.train_itr = train_iterator(cfg, self.data, ctx)
         self.manager = CheckpointManager(cfg.checkpoint, config=cfg, writer=ctx.is_master,
                                          dictionaries={"source": self.data.src_dict, "target": self.data.tgt_dict})
         self.train_time = 0.0  # seconds of training before this process (restored on resume)
