@@ -245,3 +245,25 @@ def test_validate_generate_and_export_read_the_first_shard(shard_runs, tmp_path,
         assert plain.strip() and plain == whole
     run(export_main, [str(data), "--path", ckpt, "--output", str(tmp_path / "model")])
     assert (tmp_path / "model" / f"dict.{SRC}.txt").read_bytes() == (Path(first) / f"dict.{SRC}.txt").read_bytes()
+    import nmt
+
+    model = nmt.load(ckpt, str(data), threads=1)
+    assert model.data.path == Path(first)
+    assert model.translate(["a b c"]) == nmt.load(ckpt, first, threads=1).translate(["a b c"])
+
+
+def test_a_bad_shard_list_is_one_line(shard_runs, tmp_path, capsys):
+    from nmt.cli.generate import main as generate_main
+
+    root, data = shard_runs
+    first = str(data).split(":")[0]
+    bad = f"{first}::{first}"
+    assert call_train(in_process(train_command(Path(bad), tmp_path / "ck"), bad)) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        f"DATA {bad}: an empty shard path; join the data-bin folders with single ':', "
+        "e.g. data-bin/shard0:data-bin/shard1")
+    with pytest.raises(SystemExit) as exit_:
+        generate_main([f"{first}:{tmp_path / 'nowhere'}", "--path", str(root / "uninterrupted" / "checkpoint1.pt")])
+    assert exit_.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"shard 1 ({tmp_path / 'nowhere'}) is no folder" in line
