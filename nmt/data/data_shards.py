@@ -67,3 +67,17 @@ def check_same_dictionaries(shards: list[str], src: str, tgt: str) -> None:
             if Dictionary.load(path).fingerprint() != expected[lang]:
                 raise UsageError(f"shard {k} ({shard}): dict.{lang}.txt differs from {first}'s; all shards must "
                                  f"share the dictionaries: {fix}")
+
+
+def deal_lines(text: Path, parts: list[Path]) -> None:
+    """Write line i of ``text`` to ``parts[i mod n]``: every shard gets the same mix of the corpus,
+    whatever order its sources were concatenated in. One streaming pass (memory does not grow with
+    the file), in the calling process, so the result does not depend on nmt-preprocess --workers."""
+    outs = [open(p, "wb") for p in parts]
+    try:
+        with open(text, "rb") as f:
+            for i, line in enumerate(f):
+                outs[i % len(outs)].write(line if line.endswith(b"\n") else line + b"\n")
+    finally:
+        for out in outs:
+            out.close()

@@ -31,7 +31,7 @@ from nmt.data.data_dir import (
     remove_empty,
     resolve_destdir,
 )
-from nmt.data.data_shards import shard_folder_name
+from nmt.data.data_shards import deal_lines, shard_folder_name
 from nmt.data.dictionary import Dictionary
 from nmt.data.indexed_dataset import FORMAT_VERSION
 from nmt.data.metadata import read_metadata
@@ -187,7 +187,7 @@ def _run_in(out: Path, work: Path, cfg: PreprocessConfig, user_dir: str | None, 
             laps: "Laps") -> list[dict[str, Any]]:
     """Write the data-bin (or every shard of it) into ``out``; returns each one's metadata."""
     shards = [out] if cfg.num_shards == 1 else [out / shard_folder_name(k) for k in range(cfg.num_shards)]
-    for folder in shards[1:] + shards[:1]:
+    for folder in shards:
         folder.mkdir(exist_ok=True)
     run = _Run(shards[0], work, cfg, splits, runner, laps, shards)
     _check_inputs(run)
@@ -199,11 +199,11 @@ def _run_in(out: Path, work: Path, cfg: PreprocessConfig, user_dir: str | None, 
     src, tgt = run.langs
     pipeline = {"tokenizer": dict(cfg.tokenizer), "bpe": {**dict(cfg.bpe), "codes": codes},
                 "user_dir": str(Path(user_dir).resolve()) if user_dir else None}
+    shared = sorted({f"dict.{lang}.txt" for lang in run.langs} | set(codes.values()))
     metas = []
     for k, (folder, split_meta) in enumerate(zip(shards, split_metas)):
-        for name in {f"dict.{lang}.txt" for lang in run.langs} | set(codes.values()):
-            if folder != run.out:  # every shard is a complete data-bin: the same dictionaries and codes
-                shutil.copyfile(run.out / name, folder / name)
+        for name in shared if k else ():  # every shard is a complete data-bin: the same dictionaries and codes
+            shutil.copyfile(run.out / name, folder / name)
         notes = {} if len(shards) == 1 else {"shard": {"index": k, "of": len(shards)}}
         meta = data_bin_metadata(
             src, tgt, dicts, joined=cfg.joined_dictionary, pipeline=pipeline, splits=split_meta,
@@ -330,9 +330,7 @@ def _binarize_splits(run: _Run, dicts: dict[str, Dictionary]) -> list[dict[str, 
 
 
 def _deal_lines(run: _Run, split: Split) -> list[dict[str, Path]]:
-    """The split's final text dealt round-robin to the shards (line i to shard i mod N): every shard
-    gets the same mix of the corpus, whatever order its sources were concatenated in. One streaming
-    pass in this process, so the result does not depend on --workers."""
+    """The split's final text of each language dealt to the shards (:func:`deal_lines`)."""
     n = len(run.shards)
     lines = count_lines(split.text[run.langs[0]])
     if lines < n:
@@ -340,17 +338,10 @@ def _deal_lines(run: _Run, split: Split) -> list[dict[str, Path]]:
                          f"{split.inputs[run.langs[0]]}; use fewer shards")
     parts: list[dict[str, Path]] = [{} for _ in range(n)]
     for lang in run.langs:
-        paths = [run.work / f"{split.name}.shard{k}.{lang}" for k in range(n)]
-        outs = [open(p, "wb") for p in paths]
-        try:
-            with open(split.text[lang], "rb") as f:
-                for i, line in enumerate(f):
-                    outs[i % n].write(line if line.endswith(b"\n") else line + b"\n")
-        finally:
-            for out in outs:
-                out.close()
-        for k, path in enumerate(paths):
-            parts[k][lang] = path
+        paths = [run.work / f"{split.name}.{shard_folder_name(k)}.{lang}" for k in range(n)]
+        deal_lines(split.text[lang], paths)
+        for part, path in zip(parts, paths):
+            part[lang] = path
     return parts
 
 
