@@ -186,7 +186,7 @@ def test_resumed_at_the_change_of_shard_or_inside_shard_1_matches(shard_runs, tm
     assert start["end_of_epoch"] == (where == "boundary")
     assert (start["epoch"], start["data_shard"]) == ((1, 0) if where == "boundary" else (2, 1))
     done = run_to_end(train_command(data, save, "--restore-file", name))
-    assert f"epoch 2: training on data shard 1 of 2 ({str(data).split(':')[1]}" in done.stderr
+    assert f"epoch 2: opened data shard 1 of 2 ({str(data).split(':')[1]}" in done.stderr
     expected = load_checkpoint(root / "uninterrupted" / "checkpoint_last.pt")
     assert_same_training(expected, load_checkpoint(save / "checkpoint_last.pt"), f"resumed {where}")
     same_logged_losses(root / "uninterrupted", save, start["num_updates"])

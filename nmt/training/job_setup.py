@@ -56,7 +56,7 @@ def train_iterator(cfg: TrainJob, data: TrainData, ctx: DistributedContext) -> S
     def open_shard(k: int, epoch: int) -> EpochBatchIterator:
         dataset = data.train if k == 0 else load_language_pair(data.shards[k], cfg.task.train_subset, *data.langs)
         if len(data.shards) > 1:
-            logger.info(f"epoch {epoch}: training on data shard {k} of {len(data.shards)} ({data.shards[k]}, "
+            logger.info(f"epoch {epoch}: opened data shard {k} of {len(data.shards)} ({data.shards[k]}, "
                         f"{len(dataset)} sentences)")
         return shard_iterator(cfg, dataset, ctx, epoch)
 
