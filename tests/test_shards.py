@@ -267,3 +267,58 @@ def test_a_bad_shard_list_is_one_line(shard_runs, tmp_path, capsys):
     assert exit_.value.code == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"shard 1 ({tmp_path / 'nowhere'}) is no folder" in line
+
+
+class _Shard:
+    """A stand-in dataset: item i of shard k is (k, i)."""
+
+    def __init__(self, k: int):
+        self.k = k
+
+    def __getitem__(self, i: int) -> tuple[int, int]:
+        return self.k, i
+
+    def collater(self, items: list) -> list:
+        return items
+
+
+def test_shard_epoch_iterator_state():
+    import numpy as np
+
+    from nmt.data.epoch_iterator import EpochBatchIterator
+    from nmt.data.shard_epochs import ShardEpochIterator
+    from nmt.errors import DataError
+
+    opened: list[int] = []
+
+    def open_shard(k: int, epoch: int) -> EpochBatchIterator:
+        opened.append(k)
+        return EpochBatchIterator(_Shard(k), [np.array([i]) for i in range(k + 2)], epoch=epoch)
+
+    def shards(n: int) -> ShardEpochIterator:
+        opened.clear()
+        return ShardEpochIterator(n, open_shard)
+
+    itr = shards(3)
+    seen = [{k for [(k, _)] in itr.next_epoch_itr()} for _ in range(4)]
+    assert seen == [{0}, {1}, {2}, {0}] and opened == [0, 1, 2, 0]  # one shard open at a time, in epoch order
+    assert itr.state_dict() == {"epoch": 4, "offset": 2, "data_shard": 0, "data_shards": 3, "end_of_epoch": True}
+
+    itr = shards(3)
+    batches = itr.next_epoch_itr()
+    next(batches)
+    mid = itr.state_dict()  # epoch 1, one batch of shard 0 done
+    resumed = shards(3)
+    resumed.load_state_dict(mid)
+    assert [k for [(k, _)] in resumed.next_epoch_itr()] == [0] and resumed.end_of_epoch()
+    with pytest.raises(DataError, match="reading data shard 0 of 3, but DATA now has 2"):
+        shards(2).load_state_dict(mid)
+
+    done = {**mid, "offset": 2, "end_of_epoch": True}
+    other = shards(2)
+    other.load_state_dict(done)  # an epoch end: the next epoch starts on the new list of shards
+    assert other.end_of_epoch() and {k for [(k, _)] in other.next_epoch_itr()} == {1}
+
+    old = shards(1)
+    old.load_state_dict({"epoch": 2, "offset": 1})  # a checkpoint written before sharded data
+    assert (old.epoch, old.offset, old.data_shard) == (2, 1, 0)
