@@ -63,10 +63,9 @@ def train_command(data: Path, save_dir: Path, *extra: str) -> list[str]:
     ]
 
 
-def run_to_end(cmd: list[str]) -> subprocess.CompletedProcess:
+def run_to_end(cmd: list[str]) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, f"{' '.join(cmd)}\nstdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
-    return done
 
 
 def saved_updates(save_dir: Path) -> int:

@@ -21,11 +21,10 @@ from tests.test_resume import (
     TGT,
     assert_same_training,
     run_and_kill,
-    run_to_end,
     saved_updates,
     train_command,
 )
-from tests.train_toy_data import call_train, read_log
+from tests.train_toy_data import call_train, read_log, run_train
 
 pytestmark = pytest.mark.slow
 
@@ -119,7 +118,7 @@ def shard_runs(tmp_path_factory):
         with contextlib.suppress(SystemExit):
             main(preprocess_args(text, root / "bin", "--num-shards", str(SHARDS)))
     data = Path(sharded(root / "bin"))  # train_command takes a Path; the ':' joined string passes through
-    run_to_end(train_command(data, root / "uninterrupted"))
+    run_train(in_process(train_command(data, root / "uninterrupted"), str(data)))
     killed = root / "killed"
     run_and_kill(train_command(data, killed), lambda: saved_updates(killed) >= 1)
     return root, data
@@ -168,14 +167,14 @@ def test_killed_in_the_first_shard_and_resumed_with_the_same_command_matches(sha
         extra = ("--restore-file", "checkpoint_1_1.pt")
         last = iterator_at(save, "checkpoint_1_1.pt")
     assert last["epoch"] == 1 and last["data_shard"] == 0 and not last["end_of_epoch"]
-    run_to_end(train_command(data, save, *extra))
+    run_train(in_process(train_command(data, save, *extra), str(data)))  # in this process: no second torch import
     expected = load_checkpoint(root / "uninterrupted" / "checkpoint_last.pt")
     assert_same_training(expected, load_checkpoint(save / "checkpoint_last.pt"), "resumed inside shard 0")
     same_logged_losses(root / "uninterrupted", save, last["num_updates"])
 
 
 @pytest.mark.parametrize("where", ["boundary", "inside shard 1"])
-def test_resumed_at_the_change_of_shard_or_inside_shard_1_matches(shard_runs, tmp_path, where):
+def test_resumed_at_the_change_of_shard_or_inside_shard_1_matches(shard_runs, tmp_path, where, caplog):
     root, data = shard_runs
     first_len = iterator_at(root / "uninterrupted", "checkpoint1.pt")["num_updates"]
     name = "checkpoint1.pt" if where == "boundary" else f"checkpoint_2_{first_len + 2}.pt"
@@ -185,8 +184,9 @@ def test_resumed_at_the_change_of_shard_or_inside_shard_1_matches(shard_runs, tm
     start = iterator_at(save, name)
     assert start["end_of_epoch"] == (where == "boundary")
     assert (start["epoch"], start["data_shard"]) == ((1, 0) if where == "boundary" else (2, 1))
-    done = run_to_end(train_command(data, save, "--restore-file", name))
-    assert f"epoch 2: opened data shard 1 of 2 ({str(data).split(':')[1]}" in done.stderr
+    caplog.set_level("INFO", logger="nmt")
+    run_train(in_process(train_command(data, save, "--restore-file", name), str(data)))
+    assert f"epoch 2: opened data shard 1 of 2 ({str(data).split(':')[1]}" in caplog.text
     expected = load_checkpoint(root / "uninterrupted" / "checkpoint_last.pt")
     assert_same_training(expected, load_checkpoint(save / "checkpoint_last.pt"), f"resumed {where}")
     same_logged_losses(root / "uninterrupted", save, start["num_updates"])
