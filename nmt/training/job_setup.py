@@ -55,15 +55,18 @@ def train_iterator(cfg: TrainJob, data: TrainData, ctx: DistributedContext) -> S
 
     def open_shard(k: int, epoch: int) -> EpochBatchIterator:
         dataset = data.train if k == 0 else load_language_pair(data.shards[k], cfg.task.train_subset, *data.langs)
+        split = cfg.task.train_subset
         if len(data.shards) > 1:
             logger.info(f"epoch {epoch}: opened data shard {k} of {len(data.shards)} ({data.shards[k]}, "
                         f"{len(dataset)} sentences)")
-        return shard_iterator(cfg, dataset, ctx, epoch)
+            split = f"{data.shards[k]}: {split}"  # errors name the shard
+        return shard_iterator(cfg, dataset, ctx, epoch, split)
 
     return ShardEpochIterator(max(1, len(data.shards)), open_shard)
 
 
-def shard_iterator(cfg: TrainJob, dataset: Any, ctx: DistributedContext, epoch: int = 1) -> EpochBatchIterator:
+def shard_iterator(cfg: TrainJob, dataset: Any, ctx: DistributedContext, epoch: int,
+                   split: str) -> EpochBatchIterator:
     """One data shard's training batches (built once from the sizes) and this rank's share of each epoch;
     sentences longer than the model's positions are refused (or skipped with
     --skip-invalid-size-inputs-valid-test)."""
@@ -73,7 +76,7 @@ def shard_iterator(cfg: TrainJob, dataset: Any, ctx: DistributedContext, epoch: 
                          required_batch_size_multiple=task.required_batch_size_multiple,
                          max_source_positions=model.max_source_positions,
                          max_target_positions=model.max_target_positions,
-                         skip_invalid=task.skip_invalid_size_inputs_valid_test, seed=seed, split=task.train_subset)
+                         skip_invalid=task.skip_invalid_size_inputs_valid_test, seed=seed, split=split)
     return EpochBatchIterator(dataset, plan.batches, seed=seed, num_shards=ctx.world_size, shard_id=ctx.rank,
                               num_workers=task.num_workers, epoch=epoch)
 
