@@ -76,14 +76,15 @@ def run(cfg: GenerateJob) -> None:
         raise UsageError("DATA is required: the data-bin folder written by nmt-preprocess")
     refuse_model_folder_as_data(cfg.data, cfg.gen_subset)
     data = open_data_dir(cfg.data, cfg.source_lang, cfg.target_lang)
-    dataset = load_language_pair(cfg.data, cfg.gen_subset, data.src, data.tgt)
-    detok = load_text_pipeline(cfg.data, data.tgt).decode
-    reference_file = _reference_file(cfg, cfg.data, data.tgt)
+    folder = str(data.path)  # the first shard of a sharded DATA: the test splits are there
+    dataset = load_language_pair(folder, cfg.gen_subset, data.src, data.tgt)
+    detok = load_text_pipeline(folder, data.tgt).decode
+    reference_file = _reference_file(cfg, folder, data.tgt)
     references = _references(reference_file, cfg.gen_subset, len(dataset))
     translator = make_translator(cfg.generation, cfg.inference, data, cfg.common.seed)
 
     def where(k: int) -> str:
-        return f"{cfg.data}: split {cfg.gen_subset}, sentence {k}"
+        return f"{folder}: split {cfg.gen_subset}, sentence {k}"
 
     if not cfg.skip_invalid_size_inputs_valid_test:
         translator.check_source_lengths(dataset.src_sizes, where,

@@ -43,8 +43,8 @@ def run(cfg: InteractiveJob) -> None:
         raise DataError(f"--input {cfg.input}: no such file; give a file of raw sentences, one per line, "
                         "or - to read stdin")
     data = open_data_dir(cfg.data, cfg.source_lang, cfg.target_lang)
-    encode = load_text_pipeline(cfg.data, data.src).encode
-    detok = load_text_pipeline(cfg.data, data.tgt).decode
+    encode = load_text_pipeline(data.path, data.src).encode
+    detok = load_text_pipeline(data.path, data.tgt).decode
     translator = make_translator(cfg.generation, cfg.inference, data, cfg.common.seed)
     gen = cfg.generation
     shown = "stdin" if cfg.input == "-" else cfg.input

@@ -103,7 +103,7 @@ def run(cfg: ValidateJob) -> None:
     refuse_model_folder_as_data(cfg.data, cfg.valid_subset)
     data = open_data_dir(cfg.data, cfg.source_lang, cfg.target_lang)
     subsets = [s for s in cfg.valid_subset.split(",") if s]
-    datasets = {s: load_language_pair(cfg.data, s, data.src, data.tgt) for s in subsets}
+    datasets = {s: load_language_pair(data.path, s, data.src, data.tgt) for s in subsets}
     for path in checkpoint_paths(cfg.path):
         start = time.perf_counter()
         model = load_model(path, data.src_dict, data.tgt_dict)

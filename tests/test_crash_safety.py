@@ -108,6 +108,8 @@ NOT_ATOMIC_ON_PURPOSE = {
     ("nmt/data/indexed_dataset.py", "merge_shards"): "the .bin in the preprocess temp folder",
     ("nmt/data/indexed_dataset.py", "write_index"): "the .idx in the preprocess temp folder",
     ("nmt/data/preprocess.py", "_binarize_splits"): "raw/ and text/ copies in the preprocess temp folder",
+    ("nmt/data/preprocess.py", "_run_in"): "the dictionaries and codes copied to every shard in the temp folder",
+    ("nmt/data/data_shards.py", "deal_lines"): "the training text of each shard in the preprocess temp folder",
     ("nmt/interop/fairseq_data.py", "convert_data_bin"): "bpe.codes copy in the import temp folder",
     # nmt-export fills a temporary sibling of --output, renamed into place when complete (_folder_in_place)
     ("nmt/model_folder/export.py", "export_model_folder"): "the model folder's files in the export temp folder",

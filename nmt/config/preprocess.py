@@ -28,6 +28,9 @@ class PreprocessConfig:
     overwrite: bool = opt(False, "Replace a destdir that holds an earlier data-bin written by nmt-preprocess (only "
                                  "its own files; any other folder is refused).", group=G_IO)
     workers: int = opt(1, "Processes to split the work over (output identical to --workers 1).", low=1, group=G_IO)
+    num_shards: int = opt(1, "Write N data-bins DESTDIR/shard0 ... shard{N-1} with the same dictionaries, the training "
+                                 "sentences dealt round-robin, valid/test in shard0 only; train on "
+                                 "DESTDIR/shard0:DESTDIR/shard1:... (1 = one data-bin in DESTDIR).", low=1, group=G_IO)
     keep_text: bool = opt(False, "Also keep the tokenized+BPE text of each split in DESTDIR/text/.", group=G_IO)
 
     joined_dictionary: bool = opt(False, "One dictionary for both languages (and joint BPE codes).", group=G_DICT)

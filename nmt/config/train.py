@@ -19,7 +19,9 @@ from nmt.config.model import ModelConfig
 class TaskConfig:
     """Which data to read and how to cut it into batches."""
 
-    data: str = opt("", "The data-bin folder written by nmt-preprocess (the positional DATA argument).", cli=False)
+    data: str = opt("", "The data-bin folder written by nmt-preprocess (the positional DATA argument); several "
+                        "joined by ':' are shards: epoch k trains on shard (k-1) mod n, validation on the first.",
+                    cli=False)
     source_lang: Optional[str] = opt(None, "Source language suffix (read from the data-bin when there is one pair).")
     target_lang: Optional[str] = opt(None, "Target language suffix (read from the data-bin when there is one pair).")
     train_subset: str = opt("train", "The split to train on.")

@@ -2,8 +2,9 @@
 putting the new data-bin in place so that the folder never holds half of a run.
 
 Only a folder that is itself a data-bin (its metadata.json written by nmt-preprocess, and nothing
-but the files that metadata describes) is ever replaced, and only with ``--overwrite``; a data-bin
-holding one of the job's inputs is never replaced. An empty folder is filled, not replaced.
+but the files that metadata describes) or a folder of such data-bins ``shard0``, ``shard1``, ...
+(``--num-shards``) is ever replaced, and only with ``--overwrite``; a data-bin holding one of the
+job's inputs is never replaced. An empty folder is filled, not replaced.
 """
 
 from __future__ import annotations
@@ -11,15 +12,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
+from nmt.data.data_shards import SHARD_PREFIX, shard_folder_name
 from nmt.data.metadata import METADATA_FILE, data_bin_files, read_metadata
 from nmt.data.work_dirs import new_work_dir, release, stop_signals_deferred
 from nmt.errors import DataError, UsageError
 
 _OTHER = "choose another --destdir (a new or empty folder)"
+_SHARD = re.compile(re.escape(SHARD_PREFIX) + r"(0|[1-9][0-9]*)")
 
 
 def job_fingerprint(options: dict[str, Any], inputs: list[Path], user_dir: str | None) -> str:
@@ -66,8 +70,10 @@ def check_writable(destdir: Path) -> None:
             raise UsageError(f"--destdir {destdir}: no permission to write in {folder}; {_OTHER}")
 
 
-def _listing(folder: Path, sub_folders: tuple[str, ...] = ("raw", "text")) -> tuple[list[str], list[str]]:
-    """(regular files as relative paths, anything else: links, special files, other sub-folders)."""
+def _listing(folder: Path, sub_folders: tuple[str, ...] = ("raw", "text"),
+             shards: bool = True) -> tuple[list[str], list[str]]:
+    """(regular files as relative paths, anything else: links, special files, other sub-folders);
+    the files of ``shardK`` folders (themselves data-bins) are listed too."""
     files: list[str] = []
     odd: list[str] = []
     for entry in sorted(folder.iterdir()):
@@ -75,8 +81,8 @@ def _listing(folder: Path, sub_folders: tuple[str, ...] = ("raw", "text")) -> tu
             odd.append(entry.name)
         elif entry.is_file():
             files.append(entry.name)
-        elif entry.is_dir() and entry.name in sub_folders:
-            sub_files, sub_odd = _listing(entry, ())
+        elif entry.is_dir() and (entry.name in sub_folders or (shards and _SHARD.fullmatch(entry.name))):
+            sub_files, sub_odd = _listing(entry, sub_folders if entry.name not in sub_folders else (), False)
             files += [f"{entry.name}/{n}" for n in sub_files]
             odd += [f"{entry.name}/{n}" for n in sub_odd]
         else:
@@ -89,6 +95,34 @@ def _metadata_or_none(folder: Path) -> dict[str, Any] | None:
         return read_metadata(folder)
     except DataError:
         return None
+
+
+def first_data_bin(destdir: Path) -> Path:
+    """The data-bin of a --destdir: the folder itself, or its shard0 when nmt-preprocess wrote shards."""
+    first = destdir / shard_folder_name(0)
+    return first if not (destdir / METADATA_FILE).is_file() and first.is_dir() else destdir
+
+
+def _own_files(destdir: Path) -> tuple[dict[str, Any], set[str]] | None:
+    """(the metadata of the first data-bin, every file nmt-preprocess may have written there) when
+    ``destdir`` is a data-bin or a folder of shards; None otherwise. Every shard must carry the
+    first one's job fingerprint for the job to count as the same."""
+    meta = _metadata_or_none(destdir)
+    if meta is not None:
+        return meta, data_bin_files(meta)
+    shards = sorted((p for p in destdir.iterdir() if p.is_dir() and _SHARD.fullmatch(p.name)),
+                    key=lambda p: int(p.name[len(SHARD_PREFIX):]))
+    metas = [_metadata_or_none(p) for p in shards]
+    if not shards or metas[0] is None or shards[0].name != shard_folder_name(0):
+        return None
+    first = dict(metas[0])
+    complete = [p.name for p in shards] == [shard_folder_name(k) for k in range(len(shards))] and \
+        all(m is not None and m.get("job_fingerprint") == first.get("job_fingerprint") for m in metas) and \
+        (first.get("shard") or {}).get("of") == len(shards)
+    if not complete:
+        first["job_fingerprint"] = None  # not the same job: a shard is missing or from another run
+    allowed = {f"{p.name}/{name}" for p, m in zip(shards, metas) if m is not None for name in data_bin_files(m)}
+    return first, allowed
 
 
 def _within(path: Path, folder: Path) -> bool:
@@ -108,15 +142,16 @@ def destdir_state(destdir: str | Path, fingerprint: str, overwrite: bool, inputs
     files, odd = _listing(destdir)
     if not files and not odd:
         return "empty"
-    meta = _metadata_or_none(destdir)
-    if meta is None:
+    own = _own_files(destdir)
+    if own is None:
         first = (odd + files)[0]
         raise UsageError(f"--destdir {shown}: is not empty and is not a data-bin written by nmt-preprocess "
                          f"(it holds {first}{' and more' if len(odd + files) > 1 else ''}, and no valid "
                          f"{METADATA_FILE}); nmt-preprocess never replaces such a folder: {_OTHER}")
+    meta, allowed = own
     if meta.get("job_fingerprint") == fingerprint and not overwrite:
         return "same"
-    foreign = odd + [f for f in files if f not in data_bin_files(meta)]
+    foreign = odd + [f for f in files if f not in allowed]
     if foreign:
         raise UsageError(f"--destdir {shown}: a data-bin that also holds {foreign[0]}, which nmt-preprocess did "
                          f"not write; it replaces only a folder of its own files: move {foreign[0]} away or {_OTHER}")

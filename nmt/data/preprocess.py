@@ -23,6 +23,7 @@ from nmt.data.corpus_files import as_plain_file, check_nonempty, count_lines, fi
 from nmt.data.data_dir import (
     check_writable,
     destdir_state,
+    first_data_bin,
     job_fingerprint,
     make_parents,
     move_into_place,
@@ -30,6 +31,7 @@ from nmt.data.data_dir import (
     remove_empty,
     resolve_destdir,
 )
+from nmt.data.data_shards import deal_lines, shard_folder_name
 from nmt.data.dictionary import Dictionary
 from nmt.data.indexed_dataset import FORMAT_VERSION
 from nmt.data.metadata import read_metadata
@@ -86,6 +88,10 @@ def _check_options(cfg: PreprocessConfig) -> None:
         raise UsageError("--joined-dictionary uses --srcdict for both languages; drop --tgtdict")
     if cfg.workers < 1:
         raise UsageError(f"--workers {cfg.workers}: must be at least 1")
+    if cfg.num_shards < 1:
+        raise UsageError(f"--num-shards {cfg.num_shards}: must be at least 1")
+    if cfg.num_shards > 1 and not cfg.trainpref:
+        raise UsageError(f"--num-shards {cfg.num_shards} deals the training sentences to the shards: give --trainpref")
     for option, path in (("--srcdict", cfg.srcdict), ("--tgtdict", cfg.tgtdict)):
         if path and not Path(path).is_file():
             raise UsageError(f"{option} {path}: no such file")
@@ -106,6 +112,8 @@ def run_preprocess(job: PreprocessJob) -> dict[str, Any]:
     splits = _splits(cfg)
     destdir = resolve_destdir(cfg.destdir)
     options = {k: v for k, v in asdict(cfg).items() if k not in ("workers", "overwrite", "destdir")}
+    if cfg.num_shards == 1:
+        del options["num_shards"]  # the data-bins written before --num-shards existed keep their fingerprint
     inputs = [p for s in splits for p in s.inputs.values()] + [Path(p) for p in (cfg.srcdict, cfg.tgtdict) if p]
     fingerprint = job_fingerprint(options, inputs, user_dir)
     state = destdir_state(destdir, fingerprint, cfg.overwrite, inputs)
@@ -113,25 +121,25 @@ def run_preprocess(job: PreprocessJob) -> dict[str, Any]:
         print(f"nmt-preprocess: removed {folder}, left by an interrupted run (process {pid})")
     if state == "same":
         print(f"nmt-preprocess: {destdir} is up to date (same options and inputs); nothing to do")
-        return read_metadata(destdir)
+        return read_metadata(first_data_bin(destdir))
     check_writable(destdir)
 
     with sigterm_as_interrupt():  # SIGTERM cleans up like Ctrl-C
-        meta, removed, laps = _build_in_place(destdir, state, cfg, user_dir, splits, tokenizer_cls, bpe_cls,
+        metas, removed, laps = _build_in_place(destdir, state, cfg, user_dir, splits, tokenizer_cls, bpe_cls,
                                               fingerprint)
     if removed:
         print(f"nmt-preprocess: --overwrite: removed the previous data-bin in {destdir} ({len(removed)} files: "
               f"{', '.join(removed[:6])}{', ...' if len(removed) > 6 else ''})")
-    _print_summary(meta, destdir, time.perf_counter() - started, laps)
-    return meta
+    _print_summary(metas, destdir, time.perf_counter() - started, laps)
+    return metas[0]
 
 
 def _build_in_place(destdir: Path, state: str, cfg: PreprocessConfig, user_dir: str | None, splits: list[Split],
                     tokenizer_cls: Any, bpe_cls: Any, fingerprint: str
-                    ) -> tuple[dict[str, Any], list[str], dict[str, float]]:
+                    ) -> tuple[list[dict[str, Any]], list[str], dict[str, float]]:
     """Build the data-bin in a temp folder beside ``destdir`` and put it in place. On any failure or
     interruption the temp folder and the parent folders made for it are removed: all is as it was.
-    Returns the metadata, the files of the data-bin it replaced, and the time of each step."""
+    Returns the metadata (of each shard), the files of the data-bin it replaced, and the time of each step."""
     created = make_parents(destdir)
     tmp, runner, laps = None, None, Laps()
     try:
@@ -139,7 +147,7 @@ def _build_in_place(destdir: Path, state: str, cfg: PreprocessConfig, user_dir: 
         work = tmp / ".work"
         work.mkdir()
         runner = PassRunner(cfg.workers, user_dir)
-        meta = _run_in(tmp, work, cfg, user_dir, splits, runner, tokenizer_cls, bpe_cls, fingerprint, laps)
+        metas = _run_in(tmp, work, cfg, user_dir, splits, runner, tokenizer_cls, bpe_cls, fingerprint, laps)
         runner.close()
         shutil.rmtree(work)
         removed = move_into_place(tmp, destdir, state)
@@ -150,19 +158,20 @@ def _build_in_place(destdir: Path, state: str, cfg: PreprocessConfig, user_dir: 
             shutil.rmtree(tmp, ignore_errors=True)
         remove_empty(created)
         raise
-    return meta, removed, laps.times
+    return metas, removed, laps.times
 
 
 @dataclass
 class _Run:
     """What the steps of one job share."""
 
-    out: Path  # the temp folder that becomes destdir
-    work: Path  # scratch space inside it, deleted before the rename
+    out: Path  # the first data-bin (the temp folder that becomes destdir, or its shard0)
+    work: Path  # scratch space inside the temp folder, deleted before the rename
     cfg: PreprocessConfig
     splits: list[Split]
     runner: PassRunner
     laps: "Laps"
+    shards: list[Path]  # every data-bin written: [out] or the shard folders (out first)
 
     @property
     def langs(self) -> tuple[str, str]:
@@ -175,24 +184,35 @@ class _Run:
 
 def _run_in(out: Path, work: Path, cfg: PreprocessConfig, user_dir: str | None, splits: list[Split],
             runner: PassRunner, tokenizer_cls: Any, bpe_cls: Any, fingerprint: str,
-            laps: "Laps") -> dict[str, Any]:
-    run = _Run(out, work, cfg, splits, runner, laps)
+            laps: "Laps") -> list[dict[str, Any]]:
+    """Write the data-bin (or every shard of it) into ``out``; returns each one's metadata."""
+    shards = [out] if cfg.num_shards == 1 else [out / shard_folder_name(k) for k in range(cfg.num_shards)]
+    for folder in shards:
+        folder.mkdir(exist_ok=True)
+    run = _Run(shards[0], work, cfg, splits, runner, laps, shards)
     _check_inputs(run)
     train_counts, codes = _text_passes(run, tokenizer_cls, bpe_cls)
     dicts = _dictionaries(cfg, train_counts)
     for lang in run.langs:
-        dicts[lang].save(out / f"dict.{lang}.txt")
-    split_meta = _binarize_splits(run, dicts)
+        dicts[lang].save(run.out / f"dict.{lang}.txt")
+    split_metas = _binarize_splits(run, dicts)
     src, tgt = run.langs
     pipeline = {"tokenizer": dict(cfg.tokenizer), "bpe": {**dict(cfg.bpe), "codes": codes},
                 "user_dir": str(Path(user_dir).resolve()) if user_dir else None}
-    meta = data_bin_metadata(
-        src, tgt, dicts, joined=cfg.joined_dictionary, pipeline=pipeline, splits=split_meta,
-        fingerprint=fingerprint,
-        raw_text="raw/<split>.<lang>: the untokenized input of every split but train (BLEU references)",
-        empty_lines="kept: an empty line becomes a sentence holding only </s>; counted per split")
-    atomic_write_text(out / "metadata.json", json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
-    return meta
+    shared = sorted({f"dict.{lang}.txt" for lang in run.langs} | set(codes.values()))
+    metas = []
+    for k, (folder, split_meta) in enumerate(zip(shards, split_metas)):
+        for name in shared if k else ():  # every shard is a complete data-bin: the same dictionaries and codes
+            shutil.copyfile(run.out / name, folder / name)
+        notes = {} if len(shards) == 1 else {"shard": {"index": k, "of": len(shards)}}
+        meta = data_bin_metadata(
+            src, tgt, dicts, joined=cfg.joined_dictionary, pipeline=pipeline, splits=split_meta,
+            fingerprint=fingerprint,
+            raw_text="raw/<split>.<lang>: the untokenized input of every split but train (BLEU references)",
+            empty_lines="kept: an empty line becomes a sentence holding only </s>; counted per split", **notes)
+        atomic_write_text(folder / "metadata.json", json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+        metas.append(meta)
+    return metas
 
 
 def data_bin_metadata(src: str, tgt: str, dicts: dict[str, Any], *, joined: bool, pipeline: dict[str, Any],
@@ -286,27 +306,46 @@ def _dictionaries(cfg: PreprocessConfig, counts: dict[str, Counter]) -> dict[str
             tgt: _build_dictionary(cfg.tgtdict, counts.get(tgt, Counter()), cfg.thresholdtgt, cfg.nwordstgt)}
 
 
-def _binarize_splits(run: _Run, dicts: dict[str, Dictionary]) -> dict[str, Any]:
-    """Write every split's .bin/.idx (and its text with --keep-text); returns per-split stats."""
-    cfg, out, (src, tgt) = run.cfg, run.out, run.langs
-    split_meta: dict[str, Any] = {}
+def _binarize_splits(run: _Run, dicts: dict[str, Dictionary]) -> list[dict[str, Any]]:
+    """Write every split's .bin/.idx (and its text with --keep-text); returns per-split stats of each
+    shard. With shards, the training split is dealt to them all and the others go to the first."""
+    cfg, (src, tgt) = run.cfg, run.langs
+    split_metas: list[dict[str, Any]] = [{} for _ in run.shards]
     for s in run.splits:
-        split_meta[s.name] = {}
-        for lang in run.langs:
-            dict_file = out / f"dict.{src if cfg.joined_dictionary else lang}.txt"  # workers load it once
-            stats = binarize(run.runner, s.text[lang], str(s.inputs[lang]), dict_file, dicts[lang],
-                             out / f"{s.name}.{src}-{tgt}.{lang}")
-            split_meta[s.name][lang] = _split_stats(stats)
-        if s is not run.train:  # the raw text: nmt-generate scores BLEU against the raw reference
-            (out / "raw").mkdir(exist_ok=True)
+        parts = [s.text] if s is not run.train or len(run.shards) == 1 else _deal_lines(run, s)
+        for out, text, split_meta in zip(run.shards, parts, split_metas):
+            split_meta[s.name] = {}
             for lang in run.langs:
-                shutil.copyfile(s.raw[lang], out / "raw" / f"{s.name}.{lang}")
-        if cfg.keep_text:
-            (out / "text").mkdir(exist_ok=True)
-            for lang in run.langs:
-                shutil.copyfile(s.text[lang], out / "text" / f"{s.name}.{lang}")
+                dict_file = run.out / f"dict.{src if cfg.joined_dictionary else lang}.txt"  # workers load it once
+                stats = binarize(run.runner, text[lang], str(s.inputs[lang]), dict_file, dicts[lang],
+                                 out / f"{s.name}.{src}-{tgt}.{lang}")
+                split_meta[s.name][lang] = _split_stats(stats)
+            if s is not run.train:  # the raw text: nmt-generate scores BLEU against the raw reference
+                (out / "raw").mkdir(exist_ok=True)
+                for lang in run.langs:
+                    shutil.copyfile(s.raw[lang], out / "raw" / f"{s.name}.{lang}")
+            if cfg.keep_text:
+                (out / "text").mkdir(exist_ok=True)
+                for lang in run.langs:
+                    shutil.copyfile(text[lang], out / "text" / f"{s.name}.{lang}")
     run.laps.lap("dictionaries + binarize")
-    return split_meta
+    return split_metas
+
+
+def _deal_lines(run: _Run, split: Split) -> list[dict[str, Path]]:
+    """The split's final text of each language dealt to the shards (:func:`deal_lines`)."""
+    n = len(run.shards)
+    lines = count_lines(split.text[run.langs[0]])
+    if lines < n:
+        raise UsageError(f"--num-shards {n}: more shards than the {lines} training sentences of "
+                         f"{split.inputs[run.langs[0]]}; use fewer shards")
+    parts: list[dict[str, Path]] = [{} for _ in range(n)]
+    for lang in run.langs:
+        paths = [run.work / f"{split.name}.{shard_folder_name(k)}.{lang}" for k in range(n)]
+        deal_lines(split.text[lang], paths)
+        for part, path in zip(parts, paths):
+            part[lang] = path
+    return parts
 
 
 def _count_train(run: _Run, counts: dict[str, Counter]) -> None:
@@ -324,16 +363,23 @@ def _split_stats(stats: FileStats) -> dict[str, Any]:
             "empty_lines": stats.empty}
 
 
-def _print_summary(meta: dict[str, Any], destdir: Path, seconds: float, laps: dict[str, float]) -> None:
+def _print_summary(metas: list[dict[str, Any]], destdir: Path, seconds: float, laps: dict[str, float]) -> None:
+    meta = metas[0]
     langs = meta["langs"]
     dicts = ", ".join(f"{lang} {meta['dictionaries'][lang]['size']} types" for lang in langs)
     print(f"nmt-preprocess: wrote {destdir} in {seconds:.1f} s; dictionaries: {dicts}"
           + (" (joined)" if meta["joined_dictionary"] else ""))
-    for split, by_lang in meta["splits"].items():
-        for lang in langs:
-            s = by_lang[lang]
-            print(f"  {split:<8} {lang}: {s['sentences']:>9} sentences {s['tokens']:>11} tokens "
-                  f"unk {100 * s['unk_rate']:.2f}%  empty lines {s['empty_lines']}")
+    for k, shard in enumerate(metas):
+        if len(metas) > 1:
+            print(f"  {shard_folder_name(k)}:")
+        for split, by_lang in shard["splits"].items():
+            for lang in langs:
+                s = by_lang[lang]
+                print(f"  {split:<8} {lang}: {s['sentences']:>9} sentences {s['tokens']:>11} tokens "
+                      f"unk {100 * s['unk_rate']:.2f}%  empty lines {s['empty_lines']}")
+    if len(metas) > 1:
+        shards = ":".join(str(destdir / shard_folder_name(k)) for k in range(len(metas)))
+        print(f"  train on the shards (epoch k reads shard (k-1) mod {len(metas)}): nmt-train {shards}")
     print("  time: " + ", ".join(f"{name} {t:.1f} s" for name, t in laps.items()))
 
 

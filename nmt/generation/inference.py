@@ -31,17 +31,22 @@ class DataDir:
 
 
 def open_data_dir(data: str | None, source_lang: str | None, target_lang: str | None) -> DataDir:
-    """The languages (from the flags or metadata.json) and dictionaries of ``data``."""
+    """The languages (from the flags or metadata.json) and dictionaries of ``data``; of its first shard
+    when it is sharded (``a:b``, whose shards must share the dictionaries), where its test and
+    validation splits are too (fairseq's convention)."""
     from nmt.data.data_dir import resolve_langs
+    from nmt.data.data_shards import check_same_dictionaries, data_shards
     from nmt.data.dictionary import Dictionary
 
-    src, tgt = resolve_langs(data, source_lang, target_lang)
-    assert data is not None  # resolve_langs refuses a missing folder
-    folder = Path(data)
+    shards = data_shards(data) if data else [data]
+    src, tgt = resolve_langs(shards[0], source_lang, target_lang)
+    assert shards[0] is not None  # resolve_langs refuses a missing folder
+    folder = Path(shards[0])
     for lang in (src, tgt):
         if not (folder / f"dict.{lang}.txt").is_file():
             raise UsageError(f"{folder}: no dict.{lang}.txt; check --source-lang/--target-lang or re-run "
                              "nmt-preprocess")
+    check_same_dictionaries([str(s) for s in shards], src, tgt)
     src_dict = Dictionary.load(folder / f"dict.{src}.txt")
     tgt_dict = Dictionary.load(folder / f"dict.{tgt}.txt")
     return DataDir(folder, src, tgt, src_dict, tgt_dict)

@@ -145,6 +145,7 @@ def export_model_folder(paths: Sequence[str], data_dir: str | Path, output: str 
     check_output(output, force)  # before the slow part; checked again just before the folder is written
     found = read_scores(scores) if scores else None
     data = open_data_dir(str(data_dir), source_lang, target_lang)
+    data_dir = data.path  # the first shard of a sharded DATA
     state = _checkpoint_state(paths)
     check_dictionaries(state, paths[0], {"source": data.src_dict, "target": data.tgt_dict})
     model_cfg = stored_model_config(state)

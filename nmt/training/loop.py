@@ -73,7 +73,7 @@ class TrainingRun:
         self.trainer = Trainer(cfg, model, criterion, ctx)
         self.stop = stop or StopRequest()  # none given: this run is never asked to stop
         self.trainer.stop_requested = self.stop.requested
-        self.train_itr = train_iterator(cfg, self.data.train, ctx)
+        self.train_itr = train_iterator(cfg, self.data, ctx)
         self.manager = CheckpointManager(cfg.checkpoint, config=cfg, writer=ctx.is_master, rank=ctx.rank,
                                          dictionaries={"source": self.data.src_dict, "target": self.data.tgt_dict})
         self.train_time = 0.0  # seconds of training before this process (restored on resume)

@@ -1,0 +1,83 @@
+"""Sharded data-bins, fairseq's convention: ``DATA = data-bin/shard0:data-bin/shard1:...``.
+
+Each shard is a complete data-bin with the same dictionaries. Training epoch k reads the training
+split of shard ``(k - 1) mod n`` (epoch 1 the first shard); validation, test and every command that
+needs only the dictionaries read the first shard. A shard is opened only when its epoch starts, so
+a corpus too big for one index in memory can be cut into several.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nmt.errors import UsageError
+
+SHARD_PREFIX = "shard"  # nmt-preprocess --num-shards N writes DESTDIR/shard0 ... DESTDIR/shard{N-1}
+
+
+def shard_folder_name(index: int) -> str:
+    return f"{SHARD_PREFIX}{index}"
+
+
+def data_shards(data: str | Path) -> list[str]:
+    """The data-bin folders of DATA: one for a plain folder, several for ``a:b:c``. A folder whose
+    own name holds a ':' stays one folder."""
+    data = str(data)
+    if ":" not in data or Path(data).is_dir():
+        return [data]
+    shards = data.split(":")
+    if not all(shards):
+        raise UsageError(f"DATA {data}: an empty shard path; join the data-bin folders with single ':', "
+                         "e.g. data-bin/shard0:data-bin/shard1")
+    for k, shard in enumerate(shards):
+        if not Path(shard).is_dir():
+            raise UsageError(f"DATA {data}: shard {k} ({shard}) is no folder; give existing data-bin folders "
+                             "joined by ':' (nmt-preprocess --num-shards writes DESTDIR/shard0, DESTDIR/shard1, ...)")
+    return shards
+
+
+def first_shard(data: str | Path) -> str:
+    """The folder the dictionaries, validation and test splits are read from."""
+    return data_shards(data)[0]
+
+
+def train_shard_index(epoch: int, num_shards: int) -> int:
+    """Which shard epoch ``epoch`` (counted from 1) trains on."""
+    return (epoch - 1) % num_shards
+
+
+def check_same_dictionaries(shards: list[str], src: str, tgt: str) -> None:
+    """Every shard must hold the first shard's dictionaries (token ids mean the same in every shard);
+    a mismatch is one line naming the shard and how to binarize it again."""
+    from nmt.data.dictionary import Dictionary
+
+    if len(shards) < 2:
+        return
+    first = Path(shards[0])
+    expected = {lang: Dictionary.load(first / f"dict.{lang}.txt").fingerprint() for lang in (src, tgt)}
+    fix = (f"binarize every shard with the first shard's dictionaries (nmt-preprocess --srcdict "
+           f"{first / f'dict.{src}.txt'} --tgtdict {first / f'dict.{tgt}.txt'}), or write them together with "
+           "nmt-preprocess --num-shards N")
+    for k, shard in enumerate(shards[1:], start=1):
+        for lang in (src, tgt):
+            path = Path(shard) / f"dict.{lang}.txt"
+            if not path.is_file():
+                raise UsageError(f"shard {k} ({shard}): no dict.{lang}.txt, so it is no data-bin of {src}-{tgt} "
+                                 f"like {first}; {fix}")
+            if Dictionary.load(path).fingerprint() != expected[lang]:
+                raise UsageError(f"shard {k} ({shard}): dict.{lang}.txt differs from {first}'s; all shards must "
+                                 f"share the dictionaries: {fix}")
+
+
+def deal_lines(text: Path, parts: list[Path]) -> None:
+    """Write line i of ``text`` to ``parts[i mod n]``: every shard gets the same mix of the corpus,
+    whatever order its sources were concatenated in. One streaming pass (memory does not grow with
+    the file), in the calling process, so the result does not depend on nmt-preprocess --workers."""
+    outs = [open(p, "wb") for p in parts]
+    try:
+        with open(text, "rb") as f:
+            for i, line in enumerate(f):
+                outs[i % len(outs)].write(line if line.endswith(b"\n") else line + b"\n")
+    finally:
+        for out in outs:
+            out.close()
