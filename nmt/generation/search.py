@@ -182,9 +182,9 @@ class Rows:
         """The fields after keeping ``rows`` (parents; None: every row, in place) and appending their
         next ``tokens`` (N',) and ``scores`` (N',); the ``drop`` leading columns no kept row owns are
         forgotten."""
-        fields = (dict(encs=encs, states=states, window=self.window, scores=self.scores, pads=self.pads,
-                       row_max=self.row_max, attn=self.attn) if rows is None
-                  else self.selected_fields(rows, drop, encs, states))
+        fields: dict[str, Any] = (dict(encs=encs, states=states, window=self.window, scores=self.scores, pads=self.pads,
+                                       row_max=self.row_max, attn=self.attn) if rows is None
+                                  else self.selected_fields(rows, drop, encs, states))
         fields["window"] = torch.cat([fields["window"], tokens.unsqueeze(1)], 1)
         fields["scores"] = torch.cat([fields["scores"], scores.unsqueeze(1)], 1)
         return fields
