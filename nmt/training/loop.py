@@ -32,6 +32,7 @@ from nmt.training.metrics import UpdateMeter, ValidMeter
 from nmt.training.precision import TrainingDiverged
 from nmt.training.train_log import TrainLog, setup_console_logging
 from nmt.training.trainer import Trainer
+from nmt.training.validation_bleu import ValidationBleu
 
 
 def chunks(iterator: Iterator[Any], size: int) -> Iterator[list[Any]]:
@@ -65,6 +66,7 @@ class TrainingRun:
         self.data: TrainData = load_data(cfg.task)
         model, criterion = build_model_and_criterion(cfg, self.data)
         self.trainer = Trainer(cfg, model, criterion, ctx)
+        self.bleu = ValidationBleu.create(cfg, self.data.src_dict, self.data.tgt_dict, ctx, self.log.info)
         self.train_itr = train_iterator(cfg, self.data.train, ctx)
         self.manager = CheckpointManager(cfg.checkpoint, config=cfg, writer=ctx.is_master,
                                          dictionaries={"source": self.data.src_dict, "target": self.data.tgt_dict})
@@ -139,6 +141,8 @@ class TrainingRun:
                 meter.add(self.trainer.valid_step(sample))
             meter.sums = self.trainer.all_reduce(meter.sums)
             stats = meter.summary(self.trainer.num_updates)
+            if self.bleu is not None:  # --eval-bleu: bleu and chrf of the subset's translation
+                stats.update(self.bleu.scores(self.trainer.model, subset, dataset))
             if first is None:
                 value = self.manager.metric_value(stats)
                 best = value if self.manager.is_better(value) else self.manager.best
