@@ -122,11 +122,27 @@ def test_bad_eval_bleu_options_fail_in_one_line(small_bin, tmp_path, capsys, arg
     assert not list(save.glob("*")) if save.exists() else True  # nothing written
 
 
-def test_bleu_metric_without_eval_bleu_is_refused(small_bin, tmp_path, capsys):
-    assert call_train([small_bin, *RUN, "--best-checkpoint-metric", "bleu", "--save-dir", tmp_path / "ck"]) != 0
+@pytest.mark.parametrize("argv,message", [
+    (["--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric"],
+     "--best-checkpoint-metric bleu: validation reports bleu only with --eval-bleu"),
+    (["--eval-bleu", "--best-checkpoint-metric", "chrf"],
+     "--best-checkpoint-metric chrf: a higher chrf is better, and without --maximize-best-checkpoint-metric"),
+])
+def test_bleu_metric_needs_eval_bleu_and_maximize(small_bin, tmp_path, capsys, argv, message):
+    assert call_train([small_bin, *RUN, *argv, "--save-dir", tmp_path / "ck"]) != 0
     err = capsys.readouterr().err
-    assert "--best-checkpoint-metric bleu: validation reports bleu only with --eval-bleu" in err
-    assert len(err.strip().splitlines()) == 1
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_resume_with_eval_bleu_is_exact(small_bin, bleu_run, tmp_path):
+    """Stopped at update 3 and resumed to 6: the parameters of the uninterrupted run."""
+    save = tmp_path / "ck"
+    run_train([small_bin, *RUN, *BLEU, "--max-update", "3", "--save-dir", save])
+    run_train([small_bin, *RUN, *BLEU, "--save-dir", save])
+    assert [v["num_updates"] for v in read_log(save, "valid")] == [3, 6]
+    resumed, straight = params(save / "checkpoint_last.pt"), params(bleu_run / "checkpoint_last.pt")
+    for name in straight:
+        assert torch.equal(resumed[name], straight[name]), name
 
 
 def test_generate_prints_chrf_beside_bleu(small_bin, bleu_run, capsys):

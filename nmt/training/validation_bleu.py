@@ -105,6 +105,9 @@ def eval_bleu_options(cfg: TrainJob) -> EvalBleuOptions | None:
     if metric in SCORES and not (task.eval_bleu and not task.disable_validation):
         raise ConfigError(f"--best-checkpoint-metric {metric}: validation reports {metric} only with --eval-bleu "
                           "(and validation on); add --eval-bleu --maximize-best-checkpoint-metric")
+    if metric in SCORES and not cfg.checkpoint.maximize_best_checkpoint_metric:
+        raise ConfigError(f"--best-checkpoint-metric {metric}: a higher {metric} is better, and without "
+                          "--maximize-best-checkpoint-metric the lowest would be kept; add it")
     if not task.eval_bleu or task.disable_validation:
         return None
     generation = search_options(task.eval_bleu_args)
