@@ -192,3 +192,41 @@ def test_two_ranks_translate_as_one_process(small_bin, tmp_path, capsys):
     assert [v["num_updates"] for v in valid] == [3]
     expected = generated_scores(capsys, small_bin, save / "checkpoint_last.pt")
     assert (valid[0]["bleu"], valid[0]["chrf"]) == pytest.approx(expected, abs=0.01)
+
+
+@pytest.fixture(scope="module")
+def moses_bpe_bin(tmp_path_factory):
+    """A data-bin whose text went through Moses and subword-nmt BPE."""
+    from nmt.cli.preprocess import main as preprocess
+
+    folder = tmp_path_factory.mktemp("bpe")
+    for split in ("train", "valid"):
+        for lang in ("en", "de"):
+            (folder / f"{split}.{lang}").write_text("The ballplayers, tired, rested.\nA ballplayer runs.\n" * 5)
+    with pytest.raises(SystemExit) as done:
+        preprocess(["--source-lang", "en", "--target-lang", "de", "--trainpref", str(folder / "train"),
+                    "--validpref", str(folder / "valid"), "--destdir", str(folder / "bin"), "--joined-dictionary",
+                    "--tokenizer", "moses", "--bpe", "subword_nmt", "--bpe-merges", "5"])
+    assert done.value.code in (0, None)
+    return folder / "bin"
+
+
+@pytest.mark.parametrize("flags,expected,raw,tokenize", [
+    ([], "The ballplayers, tired.", True, None),  # the data-bin's own pipeline, as nmt-generate
+    (["eval_bleu_detok=space"], "The ballplayers , tired .", False, None),
+    (["eval_tokenized_bleu=true"], "The ballplayers , tired .", False, "none"),
+    (["eval_bleu_remove_bpe=none"], "The ba@@ llplayers, tired.", False, None),
+])
+def test_post_processing_options(moses_bpe_bin, flags, expected, raw, tokenize):
+    from omegaconf import OmegaConf
+
+    from nmt.config.loader import resolve_config
+    from nmt.config.train import TrainJob
+    from nmt.training.validation_bleu import eval_bleu_options
+
+    cfg = OmegaConf.to_object(resolve_config(TrainJob, overrides=[f"task.data={moses_bpe_bin}", "eval_bleu=true",
+                                                                   *flags]))
+    options = eval_bleu_options(cfg)
+    assert options.postprocess("The ba@@ llplayers , tired .") == expected
+    assert (options.raw_references, options.tokenize) == (raw, tokenize)
+    assert options.generation.beam == 5  # nmt-generate's default
