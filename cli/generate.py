@@ -33,10 +33,12 @@ def _output(cfg: GenerateJob) -> Iterator[IO[str]]:
 
 def _reference_file(cfg: GenerateJob, data: str, tgt: str) -> str | None:
     """--reference, else the raw text nmt-preprocess kept in DATA/raw/ (None: neither exists)."""
+    from nmt.data.data_dir import kept_raw_text
+
     if cfg.reference:
         return cfg.reference
-    kept = Path(data) / "raw" / f"{cfg.gen_subset}.{tgt}"
-    return str(kept) if kept.is_file() else None
+    kept = kept_raw_text(data, cfg.gen_subset, tgt)
+    return str(kept) if kept is not None else None
 
 
 def _references(path: str | None, subset: str, count: int) -> list[str] | None:
@@ -67,8 +69,8 @@ def run(cfg: GenerateJob) -> None:
     from nmt.data.language_pair_dataset import load_language_pair
     from nmt.data.text_pipeline import load_text_pipeline
     from nmt.generation.attention_plot import plot_cross_attention
-    from nmt.generation.inference import make_translator, open_data_dir, refuse_model_folder_as_data
-    from nmt.generation.output import corpus_bleu, hypothesis_lines
+    from nmt.generation.inference import make_translator, open_data_dir, refuse_model_folder_as_data, source_batches
+    from nmt.generation.output import corpus_scores, hypothesis_lines
 
     wall = time.perf_counter()
     torch.manual_seed(cfg.common.seed)
@@ -97,13 +99,9 @@ def run(cfg: GenerateJob) -> None:
     need_attn = gen.print_alignment or bool(cfg.attention_plot)
     hyps_out: dict[int, str] = {}
     refs_out: dict[int, str] = {}
-    def batches() -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor]]:
-        for indices in plan.batches:
-            batch = dataset.collater([dataset[int(i)] for i in indices])
-            yield batch["id"].tolist(), batch["net_input"]["src_tokens"], batch["net_input"]["src_lengths"]
-
     with _output(cfg) as out:
-        for sid, hyps in translator.translate_stream(batches(), need_attn=need_attn, where=where):
+        for sid, hyps in translator.translate_stream(source_batches(dataset, plan.batches), need_attn=need_attn,
+                                                     where=where):
             sample = dataset[sid]
             src_len = len(sample["source"])
             target = data.tgt_dict.string(sample["target"])
@@ -125,11 +123,14 @@ def run(cfg: GenerateJob) -> None:
             positions = f"{translator.max_source_positions()} source positions"
             summary.append(skipped_line(plan.num_skipped, len(dataset), cfg.gen_subset, positions))
         if ids:
-            bleu, signature = corpus_bleu([hyps_out[i] for i in ids], [refs_out[i] for i in ids])
+            (bleu, signature), (chrf, chrf_signature) = corpus_scores([hyps_out[i] for i in ids],
+                                                                      [refs_out[i] for i in ids])
             against = ("the decoded target side" if references is None
                        else f"--reference {reference_file}" if cfg.reference else reference_file)
             summary.append(f"Generate {cfg.gen_subset} with beam={gen.beam}: {bleu}")
             summary.append(f"sacreBLEU signature: {signature} (detokenized, against {against})")
+            summary.append(f"Generate {cfg.gen_subset} with beam={gen.beam}: {chrf}")
+            summary.append(f"sacreBLEU chrF signature: {chrf_signature} (detokenized, against {against})")
         summary.append(f"total time, loading included: {time.perf_counter() - wall:.1f}s")
         out.write("\n".join(summary) + "\n")
     if cfg.results_path is not None:

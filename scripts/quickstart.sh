@@ -106,7 +106,7 @@ RESULTS="$SAVE/test"
 if [ -f "$RESULTS/generate-test.txt" ] && [ "$RESULTS/generate-test.txt" -nt "$CHOSEN_FILE" ] \
    && [ "$RESULTS/generate-test.txt" -nt "$CHOSEN" ]; then
   echo "quickstart: reusing $RESULTS/generate-test.txt"
-  grep -E "^(Generate test|sacreBLEU signature)" "$RESULTS/generate-test.txt"
+  grep -E "^(Generate test|sacreBLEU (chrF )?signature)" "$RESULTS/generate-test.txt"
 else
   ATTN=()
   if [ "$HAVE_MPL" = 1 ]; then

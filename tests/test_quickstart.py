@@ -58,7 +58,7 @@ def test_quickstart_end_to_end_then_rerun_reuses_everything(tmp_path):
     assert "valid on 'valid' subset" in first.stdout  # both candidates scored by nmt-validate
     results = save / "test" / "generate-test.txt"
     assert "Generate test with beam=5: BLEU = " in results.read_text()
-    assert "BLEU = " in first.stdout.splitlines()[-1]
+    assert "BLEU = " in first.stdout.splitlines()[-2] and "chrF2 = " in first.stdout.splitlines()[-1]
 
     log_before = (save / "train_log.jsonl").read_text()
     again = quickstart(work, *args)

@@ -225,11 +225,13 @@ def _check_option_names(kind: str, name: str, group: dict[str, Any], f: dataclas
 
 
 def resolve_config(schema: type, *, yaml_file: str | Path | None = None, flags: dict[str, Any] | None = None,
-                   overrides: list[str] | tuple[str, ...] = (), preset: Preset | None = None) -> DictConfig:
-    """Merge the layers (see the module docstring) into one validated config."""
+                   overrides: list[str] | tuple[str, ...] = (), preset: Preset | None = None,
+                   flags_source: str = "command-line flags") -> DictConfig:
+    """Merge the layers (see the module docstring) into one validated config. ``flags_source`` names
+    where ``flags`` came from in error messages (e.g. "--eval-bleu-args": options given as JSON)."""
     user_layers = [
         (f"--config {yaml_file}", load_yaml(yaml_file)),
-        ("command-line flags", nested(flags or {})),
+        (flags_source, nested(flags or {})),
         ("key=value overrides", nested(parse_overrides(schema, overrides))),
     ]
     cfg = _merge(schema, user_layers)

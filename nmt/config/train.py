@@ -14,6 +14,9 @@ from nmt.config.common import CommonConfig
 from nmt.config.fields import opt, plugin_group
 from nmt.config.model import ModelConfig
 
+EVAL_BLEU = "eval bleu"  # the --help section of the --eval-bleu options
+PIPELINE = "pipeline"  # --eval-bleu-detok / --eval-bleu-remove-bpe: undo what the data-bin's text pipeline did
+
 
 @dataclass
 class TaskConfig:
@@ -39,6 +42,24 @@ class TaskConfig:
     validate_interval: int = opt(1, "Validate every N epochs.", low=1)
     validate_interval_updates: int = opt(0, "Also validate every N updates (0 = only at epoch ends).", low=0)
     disable_validation: bool = opt(False, "Do not validate (no best checkpoint, no --patience).")
+    eval_bleu: bool = opt(False, "At each validation also translate every validation subset and log sacreBLEU's "
+                                 "bleu and chrf (choose checkpoint_best by them with --best-checkpoint-metric bleu "
+                                 "--maximize-best-checkpoint-metric).", group=EVAL_BLEU)
+    eval_bleu_args: str = opt("{}", "JSON of nmt-generate's search options for --eval-bleu, e.g. "
+                                    "'{\"beam\": 4, \"max_len_a\": 1.2, \"max_len_b\": 10}' "
+                                    "[default: nmt-generate's defaults].", group=EVAL_BLEU)
+    eval_bleu_detok: str = opt(PIPELINE, "How --eval-bleu detokenizes hypotheses and references: pipeline (the "
+                                         "data-bin's own tokenizer, as nmt-generate) or a tokenizer plugin "
+                                         "(space: leave the tokens as they are; moses).", group=EVAL_BLEU)
+    eval_bleu_detok_args: str = opt("{}", "JSON of the options of the --eval-bleu-detok tokenizer plugin, e.g. "
+                                          "'{\"moses_aggressive_dash_splits\": true}'.", group=EVAL_BLEU)
+    eval_bleu_remove_bpe: str = opt(PIPELINE, "How --eval-bleu removes subwords: pipeline (the data-bin's own "
+                                              "subword model, as nmt-generate) or none (score the subwords).",
+                                    choices=[PIPELINE, "none"], group=EVAL_BLEU)
+    eval_tokenized_bleu: bool = opt(False, "--eval-bleu scores tokenized text: no detokenization, and sacreBLEU "
+                                           "with tokenize=none.", group=EVAL_BLEU)
+    eval_bleu_print_samples: bool = opt(False, "Log the first hypothesis and reference of each --eval-bleu subset.",
+                                        group=EVAL_BLEU)
 
 
 @dataclass
@@ -74,7 +95,8 @@ class CheckpointConfig:
     no_epoch_checkpoints: bool = opt(False, "Only save checkpoint_last.pt and checkpoint_best.pt.")
     no_last_checkpoints: bool = opt(False, "Do not save checkpoint_last.pt.")
     best_checkpoint_metric: str = opt("loss",
-                                      "Validation metric that chooses checkpoint_best.pt (loss, nll_loss, ppl).")
+                                      "Validation metric that chooses checkpoint_best.pt (loss, nll_loss, ppl; "
+                                      "bleu, chrf with --eval-bleu).")
     maximize_best_checkpoint_metric: bool = opt(False, "A higher best metric is better (e.g. for BLEU).")
     patience: int = opt(-1, "Stop when the best metric has not improved for N validations (-1 = never).", low=-1)
     requeue_on_preemption: bool = opt(False, "After a SIGTERM/SIGUSR1 has been answered by saving checkpoint_last.pt, "

@@ -255,3 +255,9 @@ def resolve_langs(data: str | Path | None, source_lang: str | None, target_lang:
     if langs is not None:
         return langs
     raise UsageError(f"{data}: no metadata.json to read the languages from; pass --source-lang and --target-lang")
+
+
+def kept_raw_text(data: str | Path, split: str, lang: str) -> Path | None:
+    """The untokenized text of ``split`` that nmt-preprocess kept in ``data``/raw/ (the BLEU reference), or None."""
+    kept = Path(data) / "raw" / f"{split}.{lang}"
+    return kept if kept.is_file() else None

@@ -132,6 +132,13 @@ def pad_batch(rows: Sequence[torch.Tensor], pad: int) -> tuple[torch.Tensor, tor
     return out, lengths
 
 
+def source_batches(dataset: Any, batches: Iterable[Sequence[int] | np.ndarray]) -> Iterator[SourceBatch]:
+    """Batches of sentence indices of a language-pair dataset, as a search takes them."""
+    for indices in batches:
+        batch = dataset.collater([dataset[int(i)] for i in indices])
+        yield batch["id"].tolist(), batch["net_input"]["src_tokens"], batch["net_input"]["src_lengths"]
+
+
 @dataclass
 class Translator:
     """An ensemble plus a search: source ids in, hypotheses out, with timing kept."""

@@ -31,10 +31,19 @@ def hypothesis_lines(sid: int, hyp: Hypothesis, tgt_dict: Any, detokenize: Any, 
     return lines, detok
 
 
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str], tokenize: str | None = None,
+                  chrf: bool = True) -> list[tuple[Any, str]]:
+    """sacreBLEU's corpus BLEU and (with ``chrf``) chrF, each as (score, signature); ``str(score)`` is
+    sacreBLEU's line (``BLEU = 34.30 65.1/...``, ``chrF2 = 58.12``), ``score.score`` the number.
+    ``tokenize``: BLEU's tokenizer [default: sacreBLEU's 13a]; "none" scores text already tokenized."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    metrics: list[Any] = [BLEU(tokenize=tokenize) if tokenize else BLEU()] + ([CHRF()] if chrf else [])
+    refs = [list(references)]
+    return [(m.corpus_score(list(hypotheses), refs), str(m.get_signature())) for m in metrics]
+
+
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[str, str]:
     """sacreBLEU's corpus BLEU line (``BLEU = 34.30 65.1/...``) and its signature."""
-    from sacrebleu.metrics import BLEU
-
-    metric = BLEU()
-    result = metric.corpus_score(list(hypotheses), [list(references)])
-    return str(result), str(metric.get_signature())
+    score, signature = corpus_scores(hypotheses, references, chrf=False)[0]
+    return str(score), signature

@@ -38,6 +38,7 @@ from nmt.training.precision import TrainingDiverged
 from nmt.training.preemption import StopRequest
 from nmt.training.train_log import TrainLog, setup_console_logging
 from nmt.training.trainer import Trainer
+from nmt.training.validation_bleu import ValidationBleu
 
 
 def chunks(iterator: Iterator[Any], size: int) -> Iterator[list[Any]]:
@@ -73,6 +74,7 @@ class TrainingRun:
         self.trainer = Trainer(cfg, model, criterion, ctx)
         self.stop = stop or StopRequest()  # none given: this run is never asked to stop
         self.trainer.stop_requested = self.stop.requested
+        self.bleu = ValidationBleu.create(cfg, self.data.src_dict, self.data.tgt_dict, ctx, self.log.info)
         self.train_itr = train_iterator(cfg, self.data, ctx)
         self.manager = CheckpointManager(cfg.checkpoint, config=cfg, writer=ctx.is_master, rank=ctx.rank,
                                          dictionaries={"source": self.data.src_dict, "target": self.data.tgt_dict})
@@ -174,6 +176,8 @@ class TrainingRun:
                 meter.add(self.trainer.valid_step(sample))
             meter.set_totals(self.trainer.all_reduce(meter.totals()))  # every rank: one all-reduce
             stats = meter.summary(self.trainer.num_updates)
+            if self.bleu is not None:  # --eval-bleu: bleu and chrf of the subset's translation
+                stats.update(self.bleu.scores(self.trainer.model, subset, dataset))
             if first is None:
                 value = self.manager.metric_value(stats)
                 best = value if self.manager.is_better(value) else self.manager.best

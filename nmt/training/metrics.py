@@ -123,7 +123,7 @@ def format_value(key: str, value: Any) -> str:
         return str(int(round(value)))
     if key in ("lr", "loss_scale"):
         return f"{value:.4g}"
-    if key in ("ppl",):
+    if key in ("ppl", "bleu", "chrf", "best_bleu", "best_chrf"):
         return f"{value:.2f}"
     if key in ("clip",):
         return f"{value:.0f}"
