@@ -322,3 +322,13 @@ def test_shard_epoch_iterator_state():
     old = shards(1)
     old.load_state_dict({"epoch": 2, "offset": 1})  # a checkpoint written before sharded data
     assert (old.epoch, old.offset, old.data_shard) == (2, 1, 0)
+
+
+def test_eval_bleu_on_sharded_data_scores_the_first_shards_valid_split(shard_runs, tmp_path):
+    _, data = shard_runs
+    save_dir = tmp_path / "bleu"
+    cmd = in_process(train_command(data, save_dir, "--eval-bleu", "--eval-bleu-args", '{"beam": 2}',
+                                   "--max-update", "3"), str(data))
+    run_train(cmd)
+    scored = [r for r in read_log(save_dir, "valid") if "bleu" in r]
+    assert scored and all(0 <= r["bleu"] <= 100 and 0 <= r["chrf"] <= 100 for r in scored)

@@ -25,6 +25,7 @@ import torch
 
 from nmt.config.generate import GenerationConfig
 from nmt.config.train import PIPELINE, TrainJob
+from nmt.data.data_shards import first_shard
 from nmt.errors import ConfigError
 from nmt.training.distributed import DistributedContext
 
@@ -111,8 +112,9 @@ def eval_bleu_options(cfg: TrainJob) -> EvalBleuOptions | None:
     if not task.eval_bleu or task.disable_validation:
         return None
     generation = search_options(task.eval_bleu_args)
-    _, tgt = resolve_langs(task.data, task.source_lang, task.target_lang)
-    pipeline = load_text_pipeline(task.data, tgt)
+    data = first_shard(task.data)  # validation reads the first shard of sharded data
+    _, tgt = resolve_langs(data, task.source_lang, task.target_lang)
+    pipeline = load_text_pipeline(data, tgt)
     remove_bpe: Callable[[str], str] = pipeline.bpe.decode if task.eval_bleu_remove_bpe == PIPELINE else str
     detok = str if task.eval_tokenized_bleu else _detokenizer(cfg, pipeline, tgt)
     raw = task.eval_bleu_remove_bpe == PIPELINE and task.eval_bleu_detok == PIPELINE and not task.eval_tokenized_bleu
@@ -132,8 +134,9 @@ class ValidationBleu:
         self.options = options
         self.ctx = ctx
         self.log = log
-        src, tgt = resolve_langs(cfg.task.data, cfg.task.source_lang, cfg.task.target_lang)
-        self.data_dir = DataDir(Path(cfg.task.data), src, tgt, src_dict, tgt_dict)
+        data = first_shard(cfg.task.data)  # validation reads the first shard of sharded data
+        src, tgt = resolve_langs(data, cfg.task.source_lang, cfg.task.target_lang)
+        self.data_dir = DataDir(Path(data), src, tgt, src_dict, tgt_dict)
         self.replica: torch.nn.Module | None = None  # the CPU copy of a CUDA model
         self.references: dict[str, list[str]] = {}  # subset -> its references (read once)
 
