@@ -4,8 +4,8 @@ A real server on localhost (``nmt-serve MODEL --port 0``) gets test_2016_flickr 
 request (OpenNMT-py's POST /translate), from 1, 8, 32 and 64 concurrent clients, each level bounded in
 requests and seconds; each client keeps one HTTP/1.1 connection. Printed per level: sentences/s, p50 and
 p95 latency, and sentences/s as a share of ``nmt-generate --batch-size 128``'s (the search time it
-reports, loading excluded: the stricter comparison; run just before each level). Then the latency of one 13-token sentence sent
-alone, repeatedly, with the server's beam and greedy.
+reports, loading excluded: the stricter comparison; run just before each level). Then the latency of one
+13-token sentence sent alone, repeatedly, with the server's beam and greedy.
 
     python benchmarks/serve_load.py                      # the peer fairseq model, imported and exported
     python benchmarks/serve_load.py --model MODEL_DIR --data DATA_BIN [--beam 5] [--threads 2]
@@ -55,9 +55,10 @@ def prepare_peer(folder: Path) -> tuple[Path, Path]:
     return model, data
 
 
-def generate_speed(model: Path, data: Path, beam: int, threads: int) -> float:
+def generate_speed(model: Path, data: Path, beam: int, threads: int, quantize: str) -> float:
     done = subprocess.run([*cli("nmt-generate"), str(data), "--path", str(model), "--gen-subset", "test", "--beam",
-                           str(beam), "--batch-size", "128", "--threads", str(threads), "--quiet"],
+                           str(beam), "--batch-size", "128", "--threads", str(threads), "--quantize", quantize,
+                           "--quiet"],
                           capture_output=True, text=True, check=True)
     found = SPEED.search(done.stdout + done.stderr)
     assert found, done.stdout + done.stderr
@@ -65,9 +66,10 @@ def generate_speed(model: Path, data: Path, beam: int, threads: int) -> float:
 
 
 class Server:
-    def __init__(self, model: Path, beam: int, threads: int):
+    def __init__(self, model: Path, beam: int, threads: int, quantize: str = "none"):
         self.process = subprocess.Popen([*cli("nmt-serve"), str(model), "--port", "0", "--beam", str(beam),
-                                         "--threads", str(threads)], stderr=subprocess.PIPE, text=True)
+                                         "--threads", str(threads), "--quantize", quantize],
+                                        stderr=subprocess.PIPE, text=True)
         assert self.process.stderr is not None
         line = ""
         while "http://" not in line:
@@ -147,12 +149,14 @@ def percentile(values: list[float], q: float) -> float:
 @click.option("--data", type=click.Path(exists=True, file_okay=False), help="The data-bin of --model's test split.")
 @click.option("--beam", default=5, show_default=True)
 @click.option("--threads", default=2, show_default=True, help="torch threads of the server and of nmt-generate.")
+@click.option("--quantize", default="none", show_default=True, type=click.Choice(["none", "int8"]),
+              help="--quantize of the server and of nmt-generate.")
 @click.option("--clients", default="1,8,32,64", show_default=True)
 @click.option("--requests", "max_requests", default=1000, show_default=True, help="Requests per level at most.")
 @click.option("--seconds", "max_seconds", default=60.0, show_default=True, help="Seconds per level at most.")
 @click.option("--latency-requests", default=50, show_default=True)
-def main(model: str | None, data: str | None, beam: int, threads: int, clients: str, max_requests: int,
-         max_seconds: float, latency_requests: int) -> None:
+def main(model: str | None, data: str | None, beam: int, threads: int, quantize: str, clients: str,
+         max_requests: int, max_seconds: float, latency_requests: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if model is None:
             model_dir, data_dir = prepare_peer(Path(tmp))
@@ -162,14 +166,16 @@ def main(model: str | None, data: str | None, beam: int, threads: int, clients: 
             model_dir, data_dir = Path(model), Path(data)
         with gzip.open(RAW_TEST, "rt", encoding="utf-8") as f:
             sentences = [line.rstrip("\n") for line in f]
-        server = Server(model_dir, beam, threads)
+        server = Server(model_dir, beam, threads, quantize)
         try:
-            print(f"beam {beam}, {threads} threads; nmt-generate --batch-size 128 (search time) runs just before each "
-                  "level, while the server idles: this machine's speed drifts, so each share compares neighbours")
-            print("| clients | sentences/s | nmt-generate | share of nmt-generate | p50 latency | p95 latency | errors |")
+            print(f"beam {beam}, {threads} threads, --quantize {quantize}; nmt-generate --batch-size 128 (search time) "
+                  "runs just before each level, while the server idles: this machine's speed drifts, so each share "
+                  "compares neighbours")
+            print("| clients | sentences/s | nmt-generate | share of nmt-generate | p50 latency | p95 latency "
+                  "| errors |")
             print("|---:|---:|---:|---:|---:|---:|---:|")
             for n in (int(c) for c in clients.split(",")):
-                batch_speed = generate_speed(model_dir, data_dir, beam, threads)
+                batch_speed = generate_speed(model_dir, data_dir, beam, threads, quantize)
                 speed, latencies, errors = load_level(server, sentences, n, max_requests, max_seconds)
                 print(f"| {n} | {speed:.1f} | {batch_speed:.1f} | {speed / batch_speed:.0%} "
                       f"| {percentile(latencies, 0.5) * 1000:.0f} ms | {percentile(latencies, 0.95) * 1000:.0f} ms "

@@ -58,7 +58,8 @@ def run(cfg: ServeJob) -> None:
     if not data or not path:
         raise UsageError("MODEL_DIR is required: a model folder written by nmt-export (or DATA --path CKPT)")
     sock = listening_socket(cfg.host, cfg.port)
-    model = load(path, data, bf16=cfg.inference.bf16, threads=cfg.inference.threads, seed=cfg.common.seed)
+    model = load(path, data, bf16=cfg.inference.bf16, quantize=cfg.inference.quantize, threads=cfg.inference.threads,
+                 seed=cfg.common.seed)
     batcher = DynamicBatcher(model, max_tokens=cfg.inference.max_tokens or 8192,
                              max_sentences=cfg.inference.batch_size or 128,
                              wait_seconds=cfg.batch_wait_ms / 1000, max_queue=cfg.max_queue)

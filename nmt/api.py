@@ -197,11 +197,13 @@ class TranslationModel:
         return Translation(sentence, [src_dict[int(i)] for i in src[:-1]], out, weights)
 
 
-def load(path: str | Path, data: str | Path | None = None, *, bf16: bool = False, threads: int | None = None,
-         user_dir: str | Path | None = None, seed: int = 1) -> TranslationModel:
+def load(path: str | Path, data: str | Path | None = None, *, bf16: bool = False, quantize: str = "none",
+         threads: int | None = None, user_dir: str | Path | None = None, seed: int = 1) -> TranslationModel:
     """A model ready to translate raw text: a model folder (nmt-export), or checkpoint(s) (':'-joined: an
-    ensemble) with ``data``, the data-bin they were trained on. ``bf16`` runs the weights in bfloat16;
-    ``user_dir`` imports a folder of plugins the model needs."""
+    ensemble) with ``data``, the data-bin they were trained on. ``bf16`` runs the weights in bfloat16,
+    ``quantize="int8"`` the linear layers in int8 (CPU); ``user_dir`` imports a folder of plugins the model
+    needs."""
+    from nmt.config.fields import to_dataclass
     from nmt.generation.inference import load_inference_models, model_and_data, open_data_dir
     from nmt.model_folder.layout import is_model_folder, read_manifest
     from nmt.plugin_loader import load_plugins
@@ -215,6 +217,8 @@ def load(path: str | Path, data: str | Path | None = None, *, bf16: bool = False
         raise UsageError(f"nmt.load({str(path)!r}): a checkpoint needs data=<the data-bin it was trained on> "
                          "(or export a model folder with nmt-export)")
     folder = open_data_dir(data_dir, None, None)
-    ens = load_inference_models(InferenceConfig(path=paths, bf16=bf16, threads=threads), folder)
+    inference = to_dataclass(InferenceConfig, {"path": paths, "bf16": bf16, "quantize": quantize, "threads": threads},
+                             where="nmt.load().")  # checked: a bad value is one ConfigError line
+    ens = load_inference_models(inference, folder)
     info = read_manifest(paths) if paths and is_model_folder(paths) else {}
     return TranslationModel(ens, folder, str(paths), seed=seed, info=info)

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from nmt.config.generate import GenerationConfig, InferenceConfig
-from nmt.errors import UsageError
+from nmt.errors import ConfigError, UsageError
 from nmt.generation.ensemble import EnsembleModel
 from nmt.generation.guards import check_beam_fits_vocabulary, check_finite_hypotheses, check_lengths, within_positions
 from nmt.generation.search import Hypothesis, Search, SourceBatch, build_search
@@ -205,13 +205,19 @@ def make_translator(gen: GenerationConfig, inf: InferenceConfig, data: DataDir, 
 
 
 def load_inference_models(inf: InferenceConfig, data: DataDir) -> EnsembleModel:
-    """The models of ``--path`` as an ensemble ready to decode (threads set, --bf16 applied)."""
+    """The models of ``--path`` as an ensemble ready to decode (threads set, --bf16 or --quantize applied)."""
     from nmt.allocator import keep_freed_memory
 
     keep_freed_memory()
     if inf.threads:
         torch.set_num_threads(inf.threads)
+    if inf.bf16 and inf.quantize != "none":
+        raise ConfigError(f"--bf16 and --quantize {inf.quantize}: choose one (int8 weights replace the fp32 ones)")
     ens = load_ensemble(inf.path, data.src_dict, data.tgt_dict)
+    if inf.quantize == "int8":
+        from nmt.generation.quantize import quantize_int8
+
+        return quantize_int8(ens)
     return to_bf16(ens) if inf.bf16 else ens
 
 

@@ -87,6 +87,8 @@ class TransformerDecoder(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.final_norm = final_norm
         self.output_weight = output_weight  # (V, C); the embedding's own Parameter when tied
+        # replaces the product with output_weight when set (nmt.generation.quantize: int8 inference)
+        self.output_projection: Optional[nn.Module] = None
 
     @property
     def embed_tokens(self) -> nn.Embedding:
@@ -94,6 +96,8 @@ class TransformerDecoder(nn.Module):
 
     def output_layer(self, features: Tensor) -> Tensor:
         """(..., C) features -> (..., V) logits; any leading shape (e.g. only non-pad positions)."""
+        if self.output_projection is not None:
+            return self.output_projection(features)
         return F.linear(features, self.output_weight)
 
     def forward(self, prev_output_tokens: Tensor, encoder_out: EncoderOut,
