@@ -21,12 +21,11 @@ class ShardEpochIterator:
     """The epoch iterator nmt-train uses: ``open_shard(k, epoch)`` builds the inner iterator of shard
     ``k`` positioned at the start of ``epoch``. With one shard it is the inner iterator throughout."""
 
-    def __init__(self, num_data_shards: int, open_shard: Callable[[int, int], EpochBatchIterator],
-                 first: EpochBatchIterator | None = None):
+    def __init__(self, num_data_shards: int, open_shard: Callable[[int, int], EpochBatchIterator]):
         self.num_data_shards = int(num_data_shards)
         self._open_shard = open_shard
         self._shard = 0
-        self._inner: EpochBatchIterator | None = first
+        self._inner: EpochBatchIterator | None = None
 
     @property
     def data_shard(self) -> int:

@@ -129,8 +129,7 @@ class BeamSearch(Search):
 
     def _select(self, ens: EnsembleModel, beams: Beams, sentences: torch.Tensor) -> Beams:
         """The Beams of ``sentences`` (n',) alone, without the leading columns none of them owns."""
-        k = self.gen.beam
-        rows = (sentences.unsqueeze(1) * k + torch.arange(k)).view(-1)  # (n'*k,)
+        rows = self._rows_of(sentences)  # (n'*k,)
         enc_rows = sentences if ens.can_share_encoder else rows
         drop = int(beams.pads[rows].min())
         states = ens.reorder_states([dict(s) for s in beams.states], rows, encoder_order=enc_rows, drop_left=drop)
@@ -138,6 +137,11 @@ class BeamSearch(Search):
         chosen = sentences.tolist()
         return Beams(**fields, ids=[beams.ids[i] for i in chosen], n_done=beams.n_done[sentences],
                      finished=[beams.finished[i] for i in chosen])
+
+    def _rows_of(self, sentences: torch.Tensor) -> torch.Tensor:
+        """The beam rows (n'*k,) of ``sentences`` (n',), each sentence's k rows being consecutive."""
+        k = self.gen.beam
+        return (sentences.unsqueeze(1) * k + torch.arange(k)).view(-1)
 
     @staticmethod
     def _forget(done: list[tuple[int, list[Hypothesis]]],
@@ -218,7 +222,7 @@ class BeamSearch(Search):
             states = ens.reorder_states(beams.states, rows, keep_encoder=True)
             encs = beams.encs
         else:  # sentences left: the encoder output and its cache lose their rows
-            enc_rows = kept if share else (kept.unsqueeze(1) * k + torch.arange(k)).view(-1)
+            enc_rows = kept if share else self._rows_of(kept)
             states = ens.reorder_states(beams.states, rows, encoder_order=enc_rows, drop_left=drop)
             encs = ens.reorder_encoder(beams.encs, enc_rows)
         kept_list = kept.tolist()
