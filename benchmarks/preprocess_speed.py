@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse  # a benchmark script, not an nmt command: no config dataclass needed
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -24,24 +23,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import measure_process  # noqa: E402  (the benchmarks' one measuring helper)
+
 FAIRSEQ_WALL_S, FAIRSEQ_RSS_MB = 5.9, 343.0
 
 
 def measure(cmd: list[str]) -> tuple[float, float, float]:
-    """(wall seconds, peak RSS MB, CPU seconds of the process tree) of ``cmd``, run from a fresh
-    helper process (so the peak RSS of earlier runs does not leak into this one). CPU seconds are
-    the steadier figure when other jobs share the machine."""
-    helper = ("import resource, subprocess, sys, time\n"
-              "t = time.perf_counter(); p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
-              "wall = time.perf_counter() - t\n"
-              "if p.returncode: sys.stderr.write(p.stderr); sys.exit(p.returncode)\n"
-              "r = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
-              "print(wall, r.ru_maxrss / 1024, r.ru_utime + r.ru_stime)\n")
-    out = subprocess.run([sys.executable, "-c", helper, *cmd], capture_output=True, text=True)
-    if out.returncode:
-        sys.exit(f"benchmark run failed: {' '.join(cmd)}\n{out.stderr}")
-    wall, rss, cpu = out.stdout.split()
-    return float(wall), float(rss), float(cpu)
+    """(wall seconds, peak RSS MB of the largest process, CPU seconds of the process tree) of ``cmd``.
+    CPU seconds are the steadier figure when other jobs share the machine."""
+    got = measure_process.measure(cmd)
+    return got.wall_s, got.largest_mb, got.cpu_s
 
 
 def preprocess_cmd(pref: dict[str, Path], dest: Path, *extra: str) -> list[str]:

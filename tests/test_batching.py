@@ -6,7 +6,7 @@ import gzip
 import numpy as np
 import pytest
 
-from nmt.data.batching import batch_by_size, filter_by_size
+from nmt.data.batching import batch_by_size, filter_by_size, length_order
 from nmt.errors import ConfigError, DataError
 
 from shared_paths import MULTI30K
@@ -123,3 +123,16 @@ def test_multi30k_sizes():
     cost = sum(padded_cost(b, src, tgt) for b in plan.batches)
     assert cost <= 4096 * len(plan.batches)
     assert int(np.maximum(src, tgt).sum()) / cost > 0.95
+
+
+@pytest.mark.parametrize("longest", [300, 70_000])  # the radix path, and the folded-key path past 2**16
+@pytest.mark.parametrize("source_only", [False, True])
+def test_length_order_is_by_size_then_target_then_source_with_seeded_ties(longest, source_only):
+    rng = np.random.default_rng(7)
+    src = rng.integers(1, longest, 5000).astype(np.int32)
+    tgt = None if source_only else rng.integers(1, longest, 5000).astype(np.int32)
+    indices = np.flatnonzero(rng.random(5000) > 0.2)
+    shuffled = indices[np.random.default_rng(3).permutation(len(indices))]
+    t = src if tgt is None else tgt
+    expected = shuffled[np.lexsort([src[shuffled], t[shuffled], np.maximum(src, t)[shuffled]])]  # stable
+    assert np.array_equal(length_order(src, tgt, indices, seed=3), expected)

@@ -75,15 +75,24 @@ def length_order(src_sizes: np.ndarray, tgt_sizes: np.ndarray | None, indices: n
                  seed: int | None = None) -> np.ndarray:
     """``indices`` sorted by (size, target length, source length); ties in a seeded random order.
 
-    The three lengths are folded into one int64 key and sorted once with a stable sort after a
-    seeded shuffle (several times faster than ``np.lexsort`` on millions of sentences)."""
+    After a seeded shuffle, three stable sorts, least significant key first: on lengths below 2**16
+    numpy's stable sort of uint16 keys is a radix sort, linear in the number of sentences (about
+    twice as fast as one stable sort of a folded int64 key on 5M sentences, which remains the path
+    for longer lengths)."""
     if seed is not None:
         indices = indices[np.random.default_rng(seed).permutation(len(indices))]
-    src = np.asarray(src_sizes, dtype=np.int64)[indices]
-    tgt = src if tgt_sizes is None else np.asarray(tgt_sizes, dtype=np.int64)[indices]
-    size = np.maximum(src, tgt)
     if not len(indices):
         return indices
+    src = np.asarray(src_sizes)[indices]
+    tgt = src if tgt_sizes is None else np.asarray(tgt_sizes)[indices]
+    size = np.maximum(src, tgt)
+    if int(size.max()) < 2**16:
+        order = np.argsort(src.astype(np.uint16), kind="stable")
+        if tgt_sizes is not None:
+            order = order[np.argsort(tgt[order].astype(np.uint16), kind="stable")]
+            order = order[np.argsort(size[order].astype(np.uint16), kind="stable")]
+        return indices[order]
+    src, tgt, size = (a.astype(np.int64) for a in (src, tgt, size))
     src_span, tgt_span = int(src.max()) + 1, int(tgt.max()) + 1
     if int(size.max()) + 1 > (2**62) // (src_span * tgt_span):  # absurd lengths: the key would overflow
         return indices[np.lexsort([src, tgt, size])]

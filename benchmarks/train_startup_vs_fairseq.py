@@ -1,0 +1,101 @@
+"""Training start-up at scale: time from launch to the first update, and peak memory until then,
+nmt-train against fairseq-train on the same BPE text (each tool's own data-bin of it).
+
+Start-up is what a user waits through before the first update: imports, opening the data-bin,
+reading every sentence length, filtering by length, building the token-based batches, building the
+model. On a 5M-pair corpus the batching is the part that grows with the data. Both tools run the
+fairseq reference shape (3+3 layers, d 256, FFN 1024, 4 heads, shared embeddings, Adam, inverse-sqrt,
+label smoothing, ``--max-tokens 4096``, fp32 on the CPU) with ``--log-interval 1``; the clock stops
+when the first ``num_updates=1`` log line appears, and the process is then stopped. Peak memory is
+the process tree's RSS sampled every 50 ms until then.
+
+The data-bins come from ``preprocess_vs_fairseq.py`` (``WORK/nmt-bin`` and ``WORK/fairseq-bin``):
+
+    python benchmarks/train_startup_vs_fairseq.py --work /tmp/pp5m [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse  # a benchmark script, not an nmt command: no config dataclass needed
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from measure_process import tree_rss_mb  # noqa: E402  (the benchmarks' one measuring helper)
+
+DEFAULT_VENV = Path.home() / ".cache" / "nmt-peer" / "fairseq-venv"
+SHAPE = ["--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "256", "--decoder-embed-dim", "256",
+         "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4",
+         "--decoder-attention-heads", "4", "--share-all-embeddings", "--optimizer", "adam", "--adam-betas",
+         "(0.9,0.98)", "--lr", "5e-4", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "4000",
+         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "4096",
+         "--dropout", "0.1", "--seed", "1", "--log-interval", "1"]
+MARK = "num_updates=1,"
+
+
+def until_first_update(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(seconds from launch to the first update's log line, peak process-tree RSS in MB until then)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    peak, done = [0.0], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            peak[0] = max(peak[0], tree_rss_mb(os.getpid()))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    tail: list[str] = []
+    seconds = None
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        tail = (tail + [line])[-20:]
+        if MARK in line:
+            seconds = time.perf_counter() - start
+            break
+    done.set()
+    sampler.join()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    if seconds is None:
+        sys.exit(f"no first update from: {' '.join(cmd)}\n{''.join(tail)}")
+    return seconds, peak[0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--work", required=True, help="preprocess_vs_fairseq.py's --work (nmt-bin/, fairseq-bin/)")
+    ap.add_argument("--fairseq-venv", default=str(DEFAULT_VENV), help="peer_fairseq.sh install's venv")
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args()
+    work, venv = Path(args.work), Path(args.fairseq_venv)
+    runs: dict[str, list[tuple[float, float]]] = {"nmt": [], "fairseq": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        tools = {
+            "nmt": ([sys.executable, "-m", "nmt.cli.train", str(work / "nmt-bin"), "--arch", "transformer_tiny",
+                     *SHAPE, "--save-dir", f"{tmp}/nmt", "--no-save", "--no-progress-bar"], dict(os.environ)),
+            "fairseq": ([str(venv / "bin" / "fairseq-train"), str(work / "fairseq-bin"), "--arch", "transformer",
+                         *SHAPE, "--cpu", "--log-format", "simple", "--save-dir", f"{tmp}/fairseq", "--no-save",
+                         "--disable-validation"], {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}),
+        }
+        for _ in range(args.repeats):  # taking turns: a noisy machine hits both alike
+            for name, (cmd, env) in tools.items():
+                runs[name].append(until_first_update(cmd, env))
+                print(f"{name:<8} launch -> first update {runs[name][-1][0]:7.1f} s, "
+                      f"peak RSS (process tree) {runs[name][-1][1]:6.0f} MB", flush=True)
+    med = {name: (statistics.median(r[0] for r in rs), max(r[1] for r in rs)) for name, rs in runs.items()}
+    for name, (s, mb) in med.items():
+        print(f"{name:<8} median {s:7.1f} s, peak {mb:6.0f} MB")
+    print(f"nmt / fairseq: start-up time {med['nmt'][0] / med['fairseq'][0]:.2f}x (goal <= 0.33), "
+          f"peak memory {med['nmt'][1] / med['fairseq'][1]:.2f}x (goal <= 1)")
+
+
+if __name__ == "__main__":
+    main()
