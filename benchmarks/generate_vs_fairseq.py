@@ -5,8 +5,11 @@ is imported with ``nmt-import-fairseq``; then both command lines translate test_
 (1,000 sentences, ``--batch-size 128``), taking turns, ``--repeats`` times each, for every beam
 size asked for. Each tool's own search-time figure is compared (model loading and start-up
 excluded: fairseq's "Translated ... (N sentences/s)" line, ours "translated ... (N sentences/s)"),
-and so is the whole process's wall time. Ours runs in fp32 and with ``--bf16``; fairseq cannot run
-bf16 on a CPU. The best hypotheses are compared with fairseq's (BPE removed).
+and so are the whole process's wall time and peak RSS. Ours runs in fp32, with ``--bf16`` and with
+``--quantize int8``; fairseq cannot run bf16 on a CPU. When ``ctranslate2`` is importable, the same
+weights exported by ``nmt.interop.ctranslate2_export`` run in CTranslate2 too, float32 and int8
+(``ctranslate2_translate.py``: a process that imports only ctranslate2). The best hypotheses are
+compared with fairseq's (BPE removed).
 
 fairseq comes from the venv that ``../shared/tools/peer_fairseq.sh install`` builds
 (``--fairseq-bin``; default ``~/.cache/nmt-peer/fairseq-venv/bin``).
@@ -22,22 +25,53 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from measure_process import Measured, measure  # noqa: E402  (the benchmarks' one measuring helper)
 
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parent.parent / "shared"
 SPEED = re.compile(r"ranslated ([\d,]+) sentences .* in ([\d.]+)s \(([\d.]+) sentences/s")
 
 
-def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[str, float]:
-    """stdout + stderr of ``cmd`` and its wall time; stops the benchmark when it fails."""
-    start = time.perf_counter()
+def run(cmd: list[str], env: dict[str, str] | None = None) -> str:
+    """stdout + stderr of ``cmd``; stops the benchmark when it fails."""
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - start
     if proc.returncode:
         sys.exit(f"generate_vs_fairseq: {' '.join(cmd[:2])} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    return proc.stdout + proc.stderr, wall
+    return proc.stdout + proc.stderr
+
+
+def measured_run(cmd: list[str], env: dict[str, str], out: Path) -> tuple[str, Measured]:
+    """stdout + stderr of ``cmd`` and its wall time, CPU time and peak RSS (``measure_process``)."""
+    figures = measure(cmd, stdout=out, env=env)
+    return out.read_text(encoding="utf-8") + figures.stderr, figures
+
+
+def import_peer(peer: Path, work: Path) -> tuple[Path, Path]:
+    """The fairseq peer model and its data-bin imported for nmt into ``work``: (data-bin, checkpoint)."""
+    data, model = work / "data-bin", work / "model.pt"
+    run(["nmt-import-fairseq", "data", "--path", str(peer / "data-bin"), "--output", str(data),
+         "--tokenizer", "moses", "--bpe", "subword_nmt", "--bpe-codes", str(peer / "bpe.codes")])
+    run(["nmt-import-fairseq", "checkpoint", "--path", str(peer / "checkpoint_best.pt"), "--data", str(data),
+         "--output", str(model)])
+    return data, model
+
+
+def ctranslate2_folders(model: Path, data: Path, work: Path) -> dict[str, Path]:
+    """The imported model exported for CTranslate2 (float32 weights; int8 is a compute type of the
+    same folder), or nothing when ctranslate2 is not installed."""
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        return {}
+    from nmt.generation.inference import load_model, open_data_dir
+    from nmt.interop.ctranslate2_export import export_ctranslate2
+
+    pair = open_data_dir(str(data), None, None)
+    loaded = load_model(str(model), pair.src_dict, pair.tgt_dict)
+    folder = export_ctranslate2(loaded, pair.src_dict, pair.tgt_dict, work / "ct2", quantization=None)
+    return {"float32": Path(folder), "int8": Path(folder)}
 
 
 def hypotheses(text: str, remove_bpe: bool) -> dict[int, str]:
@@ -74,34 +108,39 @@ def main() -> None:
     if args.threads:
         env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     work = Path(tempfile.mkdtemp(prefix="nmt_vs_fairseq_"))
-    data, model = work / "data-bin", work / "model.pt"
-    run(["nmt-import-fairseq", "data", "--path", str(peer / "data-bin"), "--output", str(data),
-         "--tokenizer", "moses", "--bpe", "subword_nmt", "--bpe-codes", str(peer / "bpe.codes")])
-    run(["nmt-import-fairseq", "checkpoint", "--path", str(peer / "checkpoint_best.pt"), "--data", str(data),
-         "--output", str(model)])
+    data, model = import_peer(peer, work)
+    ct2 = ctranslate2_folders(model, data, work)
     threads = ["--threads", str(args.threads)] if args.threads else []
     print(f"model: {peer / 'checkpoint_best.pt'} (imported for nmt); test_2016_flickr, batch size "
-          f"{args.batch_size}, threads {args.threads or 'default'}; search time excludes start-up")
-    print("| beam | tool | sentences/s (runs) | whole process s | vs fairseq | hypotheses = fairseq's |")
-    print("|---|---|---|---|---|---|")
+          f"{args.batch_size}, threads {args.threads or 'default'}; search time excludes start-up"
+          + ("" if ct2 else "; no ctranslate2 installed: its rows are left out"))
+    print("| beam | tool | sentences/s (runs) | whole process s | peak RSS MB | vs fairseq | hypotheses = fairseq's |")
+    print("|---|---|---|---|---|---|---|")
     for beam in [int(b) for b in args.beams.split(",")]:
+        nmt = ["nmt-generate", str(data), "--path", str(model), "--gen-subset", "test", "--beam", str(beam),
+               "--batch-size", str(args.batch_size), *threads]
         tools = {
             "fairseq-generate": [str(fs_bin / "fairseq-generate"), str(peer / "data-bin"), "--path",
                                  str(peer / "checkpoint_best.pt"), "--gen-subset", "test", "--beam", str(beam),
                                  "--batch-size", str(args.batch_size), "--cpu"],
-            "nmt-generate": ["nmt-generate", str(data), "--path", str(model), "--gen-subset", "test",
-                             "--beam", str(beam), "--batch-size", str(args.batch_size), *threads],
-            "nmt-generate --bf16": ["nmt-generate", str(data), "--path", str(model), "--gen-subset", "test",
-                                    "--beam", str(beam), "--batch-size", str(args.batch_size), "--bf16", *threads],
+            "nmt-generate": nmt,
+            "nmt-generate --bf16": [*nmt, "--bf16"],
+            "nmt-generate --quantize int8": [*nmt, "--quantize", "int8"],
         }
+        for compute, folder in ct2.items():  # the imported model starts decoding from </s>: <s> is suppressed too
+            tools[f"CTranslate2 {compute}"] = [
+                sys.executable, str(HERE / "ctranslate2_translate.py"), str(folder),
+                str(peer / "test_2016_flickr.bpe.en"), "--compute-type", compute, "--beam", str(beam),
+                "--batch-size", str(args.batch_size), "--threads", str(args.threads or os.cpu_count() or 1),
+                "--suppress", "<pad>", "<s>"]
         figures: dict[str, list[float]] = {name: [] for name in tools}
-        walls: dict[str, list[float]] = {name: [] for name in tools}
+        runs: dict[str, list[Measured]] = {name: [] for name in tools}
         texts: dict[str, str] = {}
         for _ in range(args.repeats):  # taking turns, so a noisy minute hits every tool alike
             for name, cmd in tools.items():
-                text, wall = run(cmd, env)
+                text, measured = measured_run(cmd, env, work / "out.txt")
                 figures[name].append(speed(text))
-                walls[name].append(wall)
+                runs[name].append(measured)
                 texts[name] = text
         ref = hypotheses(texts["fairseq-generate"], remove_bpe=True)
         base = max(figures["fairseq-generate"])
@@ -109,8 +148,10 @@ def main() -> None:
             best = max(figures[name])
             hyps = hypotheses(texts[name], remove_bpe=True)
             same = sum(hyps.get(i) == h for i, h in ref.items())
-            runs = " / ".join(f"{x:.1f}" for x in figures[name])
-            print(f"| {beam} | {name} | **{best:.1f}** ({runs}) | {min(walls[name]):.1f} | {best / base:.2f}x "
+            speeds = " / ".join(f"{x:.1f}" for x in figures[name])
+            wall = min(m.wall_s for m in runs[name])
+            peak = max(m.largest_mb for m in runs[name])
+            print(f"| {beam} | {name} | **{best:.1f}** ({speeds}) | {wall:.1f} | {peak:,.0f} | {best / base:.2f}x "
                   f"| {same}/{len(ref)} |", flush=True)
 
 

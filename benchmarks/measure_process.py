@@ -12,12 +12,14 @@ not leak into ``ru_maxrss`` through fork + exec.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 _HELPER = ("import resource, subprocess, sys, time\n"
            "out = open(sys.argv[1], 'w') if sys.argv[1] else subprocess.DEVNULL\n"
@@ -33,6 +35,7 @@ class Measured:
     largest_mb: float
     tree_mb: float
     cpu_s: float
+    stderr: str = ""  # what the command printed there
 
     def __str__(self) -> str:
         return (f"{self.wall_s:8.1f} s wall, {self.cpu_s:8.1f} s CPU, peak RSS {self.largest_mb:7.0f} MB "
@@ -67,24 +70,34 @@ def tree_rss_mb(root: int) -> float:
     return total / 1024
 
 
+@contextlib.contextmanager
+def peak_tree_rss(root: int) -> Iterator[list[float]]:
+    """While the block runs, sample the RSS summed over ``root``'s descendants every 50 ms; the
+    yielded list's one item holds the peak in MB."""
+    peak, done = [0.0], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            peak[0] = max(peak[0], tree_rss_mb(root))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield peak
+    finally:
+        done.set()
+        sampler.join()
+
+
 def measure(cmd: list[str], *, stdout: Path | None = None, env: dict[str, str] | None = None) -> Measured:
     """Run ``cmd`` (stdout to the file ``stdout`` or discarded, stderr captured) and measure it; exits
     with the command's stderr when it fails. A shell pipeline is ``["bash", "-c", "..."]``."""
     proc = subprocess.Popen([sys.executable, "-c", _HELPER, str(stdout or ""), *cmd], stderr=subprocess.PIPE,
                             text=True, env=env)
-    peak, done = [0.0], threading.Event()
-
-    def sample() -> None:
-        while not done.wait(0.05):
-            peak[0] = max(peak[0], tree_rss_mb(proc.pid))  # the helper's children: the command
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    _, err = proc.communicate()
-    done.set()
-    sampler.join()
+    with peak_tree_rss(proc.pid) as peak:  # the helper's children: the command
+        _, err = proc.communicate()
     *output, last = err.rstrip("\n").split("\n")
     wall, largest, cpu, code = last.split()
     if int(code) != 0:
         sys.exit(f"benchmark run failed ({code}): {' '.join(cmd)}\n" + "\n".join(output[-20:]))
-    return Measured(float(wall), float(largest), max(peak[0], float(largest)), float(cpu))
+    return Measured(float(wall), float(largest), max(peak[0], float(largest)), float(cpu), "\n".join(output))

@@ -29,11 +29,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from measure_process import tree_rss_mb  # noqa: E402  (the benchmarks' one measuring helper)
+from measure_process import peak_tree_rss  # noqa: E402  (the benchmarks' one measuring helper)
 
 DEFAULT_VENV = Path.home() / ".cache" / "nmt-peer" / "fairseq-venv"
 SHAPE = ["--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "256", "--decoder-embed-dim", "256",
@@ -51,26 +50,17 @@ def until_first_update(cmd: list[str], env: dict[str, str], ready_mark: str) -> 
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)
-    peak, done = [0.0], threading.Event()
-
-    def sample() -> None:
-        while not done.wait(0.05):
-            peak[0] = max(peak[0], tree_rss_mb(os.getpid()))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
     tail: list[str] = []
     seconds = ready = None
     assert proc.stdout is not None
-    for line in proc.stdout:
-        tail = (tail + [line])[-20:]
-        if ready is None and ready_mark in line:
-            ready = time.perf_counter() - start
-        if FIRST_UPDATE in line:
-            seconds = time.perf_counter() - start
-            break
-    done.set()
-    sampler.join()
+    with peak_tree_rss(os.getpid()) as peak:
+        for line in proc.stdout:
+            tail = (tail + [line])[-20:]
+            if ready is None and ready_mark in line:
+                ready = time.perf_counter() - start
+            if FIRST_UPDATE in line:
+                seconds = time.perf_counter() - start
+                break
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     if seconds is None or ready is None:

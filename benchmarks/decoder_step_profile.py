@@ -1,0 +1,178 @@
+"""Where nmt-generate's search time goes, per decoding step, from torch's profiler: products (the
+linear layers and the output projection), attention, the log-softmax over the vocabulary, top-k,
+cache reordering, other operations, and Python (with the dispatcher) between them.
+
+The search is nmt-generate's (the same batches, the same streaming schedule) on the imported fairseq
+peer model and test_2016_flickr, in fp32 unless ``--quantize int8``. Three scopes are timed apart:
+the encoder (``EnsembleModel.encode``), the decoder step (``EnsembleModel.step``: embedding, layers,
+output projection, log-softmax) and the search's own work around it (choosing beams, reordering,
+finishing hypotheses). Inside each scope every ATen operator's *self* time is put into a category by
+its name (and, for products, by whether the vocabulary is one of its dimensions); what is left of a
+scope's wall time is Python and dispatch. The profiler adds a few microseconds per operator, which
+land in that last share: the unprofiled run's time is printed beside it.
+
+With ``--ctranslate2`` the same weights also run in CTranslate2 (exported by
+``nmt.interop.ctranslate2_export``, same beam, batch and threads), for its time per sentence beside ours.
+
+    python benchmarks/decoder_step_profile.py [--beam 5] [--batch-size 128] [--threads 2]
+        [--quantize int8] [--ctranslate2]
+"""
+
+from __future__ import annotations
+
+import argparse  # a benchmark script, not an nmt command: no config dataclass needed
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from generate_vs_fairseq import HERE, SHARED, SPEED, ctranslate2_folders, import_peer  # noqa: E402
+from torch.autograd.profiler_util import FunctionEvent
+
+SCOPES = ("encoder", "decoder step", "search")
+PRODUCTS = {"aten::addmm", "aten::mm", "aten::linear", "aten::matmul", "aten::mkldnn_linear",
+            "quantized::linear_dynamic", "aten::_mkldnn_linear"}
+CATEGORIES: list[tuple[str, Callable[[str], bool]]] = [
+    ("attention products", lambda n: n in {"aten::bmm", "aten::baddbmm", "aten::_scaled_dot_product_attention_math",
+                                           "aten::_scaled_dot_product_flash_attention_for_cpu"}),
+    ("attention softmax", lambda n: n in {"aten::_softmax", "aten::softmax"}),
+    ("log-softmax over the vocabulary", lambda n: n in {"aten::_log_softmax", "aten::log_softmax"}),
+    ("top-k and selection", lambda n: n in {"aten::topk", "aten::sort", "aten::max", "aten::argmax", "aten::nonzero",
+                                            "aten::masked_select", "aten::where"}),
+    ("cache reordering and copies", lambda n: n in {"aten::index_select", "aten::index", "aten::gather", "aten::cat",
+                                                    "aten::copy_", "aten::index_copy_", "aten::take",
+                                                    "aten::contiguous", "aten::clone"}),
+    ("layer norm", lambda n: "layer_norm" in n),
+]
+
+
+def category(event: FunctionEvent, vocab: int) -> str:
+    """The share an operator's self time goes to."""
+    if event.name in PRODUCTS:
+        shapes = [tuple(s) for s in (event.input_shapes or []) if s]
+        return "output projection" if any(vocab in s for s in shapes) else "linear layers"
+    for name, matches in CATEGORIES:
+        if matches(event.name):
+            return name
+    return "other operators"
+
+
+def scope_of(event: FunctionEvent) -> str | None:
+    """The innermost of SCOPES an event runs in, itself excluded (None: outside the search)."""
+    node = event.cpu_parent
+    while node is not None and node.name not in SCOPES:
+        node = node.cpu_parent
+    return None if node is None else node.name
+
+
+def scoped(name: str, fn: Callable[..., Any], counter: list[int] | None = None) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if counter is not None:
+            counter[0] += 1
+        with torch.profiler.record_function(name):
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--peer", default=str(SHARED / "peer" / "fairseq-m30k"), help="the fairseq model folder")
+    ap.add_argument("--beam", type=int, default=5)
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=torch.get_num_threads())
+    ap.add_argument("--quantize", choices=["none", "int8"], default="none")
+    ap.add_argument("--ctranslate2", action="store_true", help="time CTranslate2 on the same weights too")
+    args = ap.parse_args()
+
+    from omegaconf import OmegaConf
+
+    from nmt.config.generate import GenerateJob
+    from nmt.config.loader import resolve_config
+    from nmt.data.batching import batch_by_size
+    from nmt.data.language_pair_dataset import load_language_pair
+    from nmt.generation.inference import make_translator, open_data_dir, source_batches
+    from nmt.plugin_loader import load_plugins
+
+    load_plugins()
+    work = Path(tempfile.mkdtemp(prefix="nmt_step_profile_"))
+    data_dir, model = import_peer(Path(args.peer), work)
+    cfg = OmegaConf.to_object(resolve_config(GenerateJob, overrides=[
+        f"data={data_dir}", f"inference.path={model}", f"generation.beam={args.beam}",
+        f"inference.threads={args.threads}", f"inference.quantize={args.quantize}"]))
+    data = open_data_dir(cfg.data, None, None)
+    dataset = load_language_pair(str(data.path), "test", data.src, data.tgt)
+    vocab = len(data.tgt_dict)
+
+    def search_seconds(profiled: bool) -> tuple[float, int, Any]:
+        translator = make_translator(cfg.generation, cfg.inference, data, cfg.common.seed)
+        ens, steps = translator.ens, [0]
+        ens.encode = scoped("encoder", ens.encode)  # type: ignore[method-assign]
+        ens.step = scoped("decoder step", ens.step, steps)  # type: ignore[method-assign]
+        plan = batch_by_size(dataset.src_sizes, None, max_tokens=None, max_sentences=args.batch_size, seed=None,
+                             max_source_positions=translator.max_source_positions(), skip_invalid=False,
+                             split="test")
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) \
+            if profiled else None
+        start = time.perf_counter()
+        if prof is not None:
+            prof.start()
+        with torch.profiler.record_function("search"):
+            for _ in translator.translate_stream(source_batches(dataset, plan.batches)):
+                pass
+        if prof is not None:
+            prof.stop()
+        return time.perf_counter() - start, steps[0], prof
+
+    search_seconds(False)  # warm-up: first-call costs are not a step's
+    plain, steps, _ = search_seconds(False)
+    profiled, _, prof = search_seconds(True)
+
+    wall: dict[str, float] = defaultdict(float)  # scope -> µs (the outermost record_function events)
+    self_time: dict[tuple[str, str], float] = defaultdict(float)  # (scope, category) -> µs
+    for event in prof.events():
+        if event.name in SCOPES:  # scopes do not nest in themselves
+            wall[event.name] += event.cpu_time_total
+            continue
+        scope = scope_of(event)
+        if scope is not None and event.name.startswith(("aten::", "quantized::")):
+            self_time[(scope, category(event, vocab))] += event.self_cpu_time_total
+    # "search" is the whole; the search's own work is what the two inner scopes leave of it.
+    own = {"encoder": wall["encoder"], "decoder step": wall["decoder step"],
+           "search": wall["search"] - wall["encoder"] - wall["decoder step"]}
+    total = wall["search"]
+    print(f"test_2016_flickr, {len(dataset)} sentences, beam {args.beam}, batch {args.batch_size}, "
+          f"{args.threads} threads, {'int8' if args.quantize == 'int8' else 'fp32'}, {steps} decoder steps")
+    print(f"search: {plain:.2f} s unprofiled ({len(dataset) / plain:.1f} sentences/s, "
+          f"{1000 * plain / steps:.2f} ms per step), {profiled:.2f} s under the profiler")
+    print("| scope | share | ms per step (profiled) |")
+    print("|---|---:|---:|")
+    for scope in SCOPES:
+        rows = sorted(((c, t) for (s, c), t in self_time.items() if s == scope), key=lambda r: -r[1])
+        python = own[scope] - sum(t for _, t in rows)
+        for name, t in [*rows, ("Python and dispatch", python)]:
+            print(f"| {scope}: {name} | {100 * t / total:.1f}% | {t / 1000 / steps:.3f} |")
+        print(f"| **{scope}, all** | **{100 * own[scope] / total:.1f}%** | **{own[scope] / 1000 / steps:.3f}** |")
+
+    if args.ctranslate2:
+        folders = ctranslate2_folders(model, data_dir, work)
+        if not folders:
+            sys.exit("decoder_step_profile: --ctranslate2 needs the ctranslate2 package "
+                     "(pip install 'nmt[ctranslate2]')")
+        for compute, folder in folders.items():
+            out = subprocess.run([sys.executable, str(HERE / "ctranslate2_translate.py"), str(folder),
+                                  str(Path(args.peer) / "test_2016_flickr.bpe.en"), "--compute-type", compute,
+                                  "--beam", str(args.beam), "--batch-size", str(args.batch_size),
+                                  "--threads", str(args.threads), "--suppress", "<pad>", "<s>"],
+                                 capture_output=True, text=True, check=True)
+            m = SPEED.search(out.stderr)
+            seconds = float(m.group(2)) if m else float("nan")
+            print(f"CTranslate2 {compute}: {seconds:.2f} s ({len(dataset) / seconds:.1f} sentences/s), "
+                  f"{plain / seconds:.2f}x nmt's time; at nmt's step count {1000 * seconds / steps:.2f} ms per step")
+
+
+if __name__ == "__main__":
+    main()
