@@ -29,8 +29,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
+import generate_vs_fairseq as peer  # noqa: E402  (the peer model, its import and CTranslate2 runs)
 import torch
-from generate_vs_fairseq import HERE, SHARED, SPEED, ctranslate2_folders, import_peer  # noqa: E402
 from torch.autograd.profiler_util import FunctionEvent
 
 SCOPES = ("encoder", "decoder step", "search")
@@ -80,7 +80,7 @@ def scoped(name: str, fn: Callable[..., Any], counter: list[int] | None = None) 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--peer", default=str(SHARED / "peer" / "fairseq-m30k"), help="the fairseq model folder")
+    ap.add_argument("--peer", default=str(peer.SHARED / "peer" / "fairseq-m30k"), help="the fairseq model folder")
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
@@ -99,7 +99,7 @@ def main() -> None:
 
     load_plugins()
     work = Path(tempfile.mkdtemp(prefix="nmt_step_profile_"))
-    data_dir, model = import_peer(Path(args.peer), work)
+    data_dir, model = peer.import_peer(Path(args.peer), work)
     cfg = OmegaConf.to_object(resolve_config(GenerateJob, overrides=[
         f"data={data_dir}", f"inference.path={model}", f"generation.beam={args.beam}",
         f"inference.threads={args.threads}", f"inference.quantize={args.quantize}"]))
@@ -158,17 +158,15 @@ def main() -> None:
         print(f"| **{scope}, all** | **{100 * own[scope] / total:.1f}%** | **{own[scope] / 1000 / steps:.3f}** |")
 
     if args.ctranslate2:
-        folders = ctranslate2_folders(model, data_dir, work)
-        if not folders:
+        folder = peer.ctranslate2_folder(model, data_dir, work)
+        if folder is None:
             sys.exit("decoder_step_profile: --ctranslate2 needs the ctranslate2 package "
                      "(pip install 'nmt[ctranslate2]')")
-        for compute, folder in folders.items():
-            out = subprocess.run([sys.executable, str(HERE / "ctranslate2_translate.py"), str(folder),
-                                  str(Path(args.peer) / "test_2016_flickr.bpe.en"), "--compute-type", compute,
-                                  "--beam", str(args.beam), "--batch-size", str(args.batch_size),
-                                  "--threads", str(args.threads), "--suppress", "<pad>", "<s>"],
+        for compute in peer.CT2_COMPUTE_TYPES:
+            out = subprocess.run(peer.ctranslate2_command(folder, Path(args.peer) / "test_2016_flickr.bpe.en", compute,
+                                                     args.beam, args.batch_size, args.threads),
                                  capture_output=True, text=True, check=True)
-            m = SPEED.search(out.stderr)
+            m = peer.SPEED.search(out.stderr)
             seconds = float(m.group(2)) if m else float("nan")
             print(f"CTranslate2 {compute}: {seconds:.2f} s ({len(dataset) / seconds:.1f} sentences/s), "
                   f"{plain / seconds:.2f}x nmt's time; at nmt's step count {1000 * seconds / steps:.2f} ms per step")

@@ -58,20 +58,31 @@ def import_peer(peer: Path, work: Path) -> tuple[Path, Path]:
     return data, model
 
 
-def ctranslate2_folders(model: Path, data: Path, work: Path) -> dict[str, Path]:
-    """The imported model exported for CTranslate2 (float32 weights; int8 is a compute type of the
-    same folder), or nothing when ctranslate2 is not installed."""
+CT2_COMPUTE_TYPES = ("float32", "int8")  # int8 is a compute type of the float32 folder
+
+
+def ctranslate2_folder(model: Path, data: Path, work: Path) -> Path | None:
+    """The imported model exported for CTranslate2 (float32 weights), or None when ctranslate2 is
+    not installed."""
     try:
         import ctranslate2  # noqa: F401
     except ImportError:
-        return {}
+        return None
     from nmt.generation.inference import load_model, open_data_dir
     from nmt.interop.ctranslate2_export import export_ctranslate2
 
     pair = open_data_dir(str(data), None, None)
     loaded = load_model(str(model), pair.src_dict, pair.tgt_dict)
-    folder = export_ctranslate2(loaded, pair.src_dict, pair.tgt_dict, work / "ct2", quantization=None)
-    return {"float32": Path(folder), "int8": Path(folder)}
+    return Path(export_ctranslate2(loaded, pair.src_dict, pair.tgt_dict, work / "ct2", quantization=None))
+
+
+def ctranslate2_command(folder: Path, source: Path, compute: str, beam: int, batch_size: int,
+                        threads: int) -> list[str]:
+    """``ctranslate2_translate.py`` on the BPE'd ``source``, with nmt's search rules for the imported
+    model (it starts decoding from </s>, so <s> is suppressed as well as <pad>)."""
+    return [sys.executable, str(HERE / "ctranslate2_translate.py"), str(folder), str(source),
+            "--compute-type", compute, "--beam", str(beam), "--batch-size", str(batch_size),
+            "--threads", str(threads), "--suppress", "<pad>", "<s>"]
 
 
 def hypotheses(text: str, remove_bpe: bool) -> dict[int, str]:
@@ -109,7 +120,7 @@ def main() -> None:
         env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     work = Path(tempfile.mkdtemp(prefix="nmt_vs_fairseq_"))
     data, model = import_peer(peer, work)
-    ct2 = ctranslate2_folders(model, data, work)
+    ct2 = ctranslate2_folder(model, data, work)
     threads = ["--threads", str(args.threads)] if args.threads else []
     print(f"model: {peer / 'checkpoint_best.pt'} (imported for nmt); test_2016_flickr, batch size "
           f"{args.batch_size}, threads {args.threads or 'default'}; search time excludes start-up"
@@ -127,12 +138,10 @@ def main() -> None:
             "nmt-generate --bf16": [*nmt, "--bf16"],
             "nmt-generate --quantize int8": [*nmt, "--quantize", "int8"],
         }
-        for compute, folder in ct2.items():  # the imported model starts decoding from </s>: <s> is suppressed too
-            tools[f"CTranslate2 {compute}"] = [
-                sys.executable, str(HERE / "ctranslate2_translate.py"), str(folder),
-                str(peer / "test_2016_flickr.bpe.en"), "--compute-type", compute, "--beam", str(beam),
-                "--batch-size", str(args.batch_size), "--threads", str(args.threads or os.cpu_count() or 1),
-                "--suppress", "<pad>", "<s>"]
+        for compute in CT2_COMPUTE_TYPES if ct2 is not None else ():
+            tools[f"CTranslate2 {compute}"] = ctranslate2_command(
+                ct2, peer / "test_2016_flickr.bpe.en", compute, beam, args.batch_size,
+                args.threads or os.cpu_count() or 1)
         figures: dict[str, list[float]] = {name: [] for name in tools}
         runs: dict[str, list[Measured]] = {name: [] for name in tools}
         texts: dict[str, str] = {}
