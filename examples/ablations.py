@@ -1,15 +1,21 @@
-"""Table 3 of "Attention Is All You Need", reproduced at small scale on Multi30k en-de.
+"""Table 3 of "Attention Is All You Need", near convergence, on Multi30k en-de.
 
-Trains the quickstart's 3+3 d256 model once per variation, one after another, each for the same
---max-update updates with the same seed and bf16, then scores it: dev perplexity and loss from
-the run's last validation (train_log.jsonl), test BLEU with beam 5 (nmt-generate). Each finished
-variant is appended to --results (JSON) at once, so an interrupted run keeps what it had and a
-rerun skips finished variants (an unfinished training resumes from its checkpoint_last.pt). At
-the end the Markdown table is printed and written to --table.
+Trains the quickstart's 3+3 d256 model once per variation, one after another, for a budget long enough
+that the base run's validation loss has flattened (--max-update, 3,000 by default; --patience stops a run
+earlier once its validation loss stops improving). Each run is scored on its best checkpoint: dev
+perplexity of that validation, test BLEU and chrF with beam 5 (nmt-generate, detokenized sacreBLEU).
+
+Seeds: the base runs with two seeds, and their spread is the noise floor. Every variation runs with the
+first seed, and with the second as well when its difference to the base (dev perplexity or BLEU) is within
+the base's spread. The table shows each figure's mean and spread, the paper's figure for the nearest
+setting, and for every Table 3 row whether the paper's conclusion holds at this scale.
+
+Runs are kept as they finish in OUT_DIR/results.json; a rerun skips them, and a run that was interrupted
+resumes from its checkpoint_last.pt, so the table can be run in pieces (e.g. --variants heads_1,heads_8).
 
 \b
-  python examples/ablations.py data-bin/multi30k_en_de --max-update 400
-  python examples/ablations.py data-bin/multi30k_en_de --variants base,learned_positions
+  python examples/ablations.py data-bin/multi30k_en_de
+  python examples/ablations.py data-bin/multi30k_en_de --variants base,learned_positions --max-update 1500
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from statistics import mean
+from typing import Any, Callable, Optional
 
 import click
 
@@ -32,39 +39,82 @@ from nmt.config.common import CommonConfig
 from nmt.config.fields import opt
 from nmt.errors import NmtError, UsageError
 from nmt.fileio import atomic_write_text
+from nmt.hardware import native_bf16
 
-# The quickstart's model and recipe (scripts/quickstart.sh), minus its time bound and checkpoints.
+# The quickstart's model and recipe (scripts/quickstart.sh), minus its time bound and interval checkpoints.
 BASE_FLAGS = ["--arch", "transformer_tiny", "--encoder-layers", "3", "--decoder-layers", "3",
               "--encoder-embed-dim", "256", "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024",
               "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
               "--share-all-embeddings", "--dropout", "0.3", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
               "--lr", "1e-3", "--lr-scheduler", "inverse_sqrt", "--criterion", "label_smoothed_cross_entropy",
-              "--label-smoothing", "0.1", "--bf16", "--no-epoch-checkpoints", "--no-progress-bar"]
+              "--label-smoothing", "0.1", "--no-epoch-checkpoints", "--no-progress-bar"]
 
 
-def _heads(n: int) -> list[str]:
-    return ["--encoder-attention-heads", str(n), "--decoder-attention-heads", str(n)]
+@dataclass(frozen=True)
+class Paper:
+    """The paper's Table 3 figures (dev newstest2013 EN-DE, 100k updates) for the nearest setting."""
+
+    setting: str
+    ppl: Optional[float] = None  # None: the paper gives no figure (a claim in the text, or not in the paper)
+    bleu: Optional[float] = None
+
+    def cell(self) -> str:
+        figures = "" if self.ppl is None else f": {self.ppl:.2f} / {self.bleu:.1f}"
+        return self.setting + figures
 
 
-def _restricted(window: int) -> list[str]:
-    # Restricted attention is self-attention only; encoder-decoder attention stays scaled dot-product.
-    return ["--attention", "restricted", "--attention-window", str(window)]  # both self-attentions; cross stays dense
+@dataclass(frozen=True)
+class Variant:
+    row: str  # the Table 3 row it belongs to (A-E), or the section of the text for rows the table lacks
+    label: str
+    flags: tuple[str, ...]
+    paper: Paper
 
 
-# name -> (the paper's Table 3 row it mirrors, the flags that change the base model)
-VARIANTS: dict[str, tuple[str, list[str]]] = {
-    "base": ("base: sinusoidal, 4 heads, dot-product, post-norm", []),
-    "learned_positions": ("E: learned positional embeddings", ["--positional", "learned"]),
-    "heads_1": ("A: 1 head (d_k = 256)", _heads(1)),
-    "heads_8": ("A: 8 heads (d_k = 32)", _heads(8)),
-    "additive": ("attention: additive (Bahdanau) scores", ["--attention", "additive"]),
-    "restricted_3": ("attention: restricted self-attention, r = 3", _restricted(3)),
-    "restricted_8": ("attention: restricted self-attention, r = 8", _restricted(8)),
-    # Relative positions are self-attention only: encoder-decoder attention stays scaled dot-product.
-    "relative": ("attention: relative-position self-attention (Shaw et al.), k = 16",
-                 ["--attention", "relative", "--max-relative-position", "16"]),
-    "pre_norm": ("layer norm before each sub-layer (pre-norm)", ["--encoder-normalize-before",
-                                                                 "--decoder-normalize-before"]),
+def _both(flag: str, value: object) -> tuple[str, ...]:
+    return f"--encoder-{flag}", str(value), f"--decoder-{flag}", str(value)
+
+
+def _restricted(window: int) -> tuple[str, ...]:
+    # restricted attention is self-attention only: encoder-decoder attention stays scaled dot-product
+    return "--attention", "restricted", "--attention-window", str(window)
+
+
+VARIANTS: dict[str, Variant] = {
+    "base": Variant("base", "sinusoidal, 4 heads (d_k 64), dot-product, post-norm, P_drop 0.3, eps_ls 0.1", (),
+                    Paper("base (N 6, d_model 512, 8 heads)", 4.92, 25.8)),
+    "heads_1": Variant("A", "1 head (d_k 256)", _both("attention-heads", 1), Paper("1 head (d_k 512)", 5.29, 24.9)),
+    "heads_8": Variant("A", "8 heads (d_k 32)", _both("attention-heads", 8), Paper("16 heads (d_k 32)", 4.91, 25.8)),
+    "heads_16": Variant("A", "16 heads (d_k 16)", _both("attention-heads", 16),
+                        Paper("32 heads (d_k 16)", 5.01, 25.4)),
+    "key_dim_16": Variant("B", "d_k 16 (d_v 64)", ("--attention-key-dim", "16"), Paper("d_k 16", 5.16, 25.1)),
+    "key_dim_32": Variant("B", "d_k 32 (d_v 64)", ("--attention-key-dim", "32"), Paper("d_k 32", 5.01, 25.4)),
+    "layers_1": Variant("C", "N 1 (a third of the base)", _both("layers", 1), Paper("N 2", 6.11, 23.7)),
+    "layers_6": Variant("C", "N 6", _both("layers", 6), Paper("N 8", 4.88, 25.5)),
+    "d_model_128": Variant("C", "d_model 128 (d_k 32)", _both("embed-dim", 128),
+                           Paper("d_model 256 (d_k 32)", 5.75, 24.5)),
+    "d_model_512": Variant("C", "d_model 512 (d_k 128)", _both("embed-dim", 512),
+                           Paper("d_model 1024 (d_k 128)", 4.66, 26.0)),
+    "ffn_512": Variant("C", "d_ff 512", _both("ffn-embed-dim", 512), Paper("d_ff 1024", 5.12, 25.4)),
+    "ffn_2048": Variant("C", "d_ff 2048", _both("ffn-embed-dim", 2048), Paper("d_ff 4096", 4.75, 26.2)),
+    "dropout_0": Variant("D", "P_drop 0.0", ("--dropout", "0.0"), Paper("P_drop 0.0", 5.77, 24.6)),
+    "dropout_0.1": Variant("D", "P_drop 0.1", ("--dropout", "0.1"), Paper("P_drop 0.2 (base 0.1)", 4.95, 25.5)),
+    "ls_0": Variant("D", "eps_ls 0.0", ("--label-smoothing", "0.0"), Paper("eps_ls 0.0", 4.67, 25.3)),
+    "ls_0.2": Variant("D", "eps_ls 0.2", ("--label-smoothing", "0.2"), Paper("eps_ls 0.2", 5.47, 25.7)),
+    "learned_positions": Variant("E", "learned positional embeddings", ("--positional", "learned"),
+                                 Paper("positional embedding", 4.92, 25.7)),
+    "additive": Variant("attention", "additive (Bahdanau) scores", ("--attention", "additive"),
+                        Paper("section 3.2.1, no figure")),
+    "restricted_3": Variant("attention", "restricted self-attention, r 3", _restricted(3),
+                            Paper("section 4, no figure")),
+    "restricted_8": Variant("attention", "restricted self-attention, r 8", _restricted(8),
+                            Paper("section 4, no figure")),
+    # Shaw et al. 2018 replace the absolute positions by relative ones (keeping both gained nothing there)
+    "relative": Variant("attention", "relative-position self-attention, k 16, no absolute positions",
+                        ("--attention", "relative", "--max-relative-position", "16", "--positional", "none"),
+                        Paper("Shaw et al. 2018, no Table 3 figure")),
+    "pre_norm": Variant("norm", "pre-norm (layer norm before each sub-layer)",
+                        ("--encoder-normalize-before", "--decoder-normalize-before"), Paper("not in the paper")),
 }
 
 
@@ -74,17 +124,38 @@ class AblationJob:
 
     common: CommonConfig = field(default_factory=CommonConfig)
     data: str = opt("data-bin/multi30k_en_de", "The data-bin folder (the quickstart writes this one).", cli=False)
-    variants: str = opt(",".join(VARIANTS), "Comma-separated variants to run, in this order. Known: "
-                                            + ", ".join(VARIANTS) + ".")
-    max_update: int = opt(400, "Updates per variant (the same for all).")
-    warmup_updates: int = opt(100, "Linear warmup of the inverse_sqrt schedule, in updates.")
-    max_tokens: int = opt(4096, "Tokens per batch.")
-    out_dir: str = opt("runs/ablations", "Folder of one sub-folder (--save-dir) per variant.")
-    results: Optional[str] = opt(None, "JSON file the finished variants are appended to [default: OUT_DIR/results.json].")
-    table: Optional[str] = opt(None, "Markdown table to write [default: OUT_DIR/table.md].")
+    variants: str = opt(",".join(VARIANTS), "Comma-separated variants to run, in this order (the base always runs "
+                                            "first: the others are compared with it). Known: " + ", ".join(VARIANTS)
+                        + ".")
+    max_update: int = opt(3000, "Updates per run at most (the same for all).", low=1)
+    patience: int = opt(-1, "Stop a run once its validation loss has not improved for N validations (-1: run all "
+                            "--max-update updates).", low=-1)
+    warmup_updates: int = opt(500, "Linear warmup of the inverse_sqrt schedule, in updates.", low=0)
+    max_tokens: int = opt(4096, "Tokens per batch.", low=1)
+    seeds: int = opt(2, "Seeds for the base, and for every variation within the base's seed spread.", low=1)
+    precision: str = opt("auto", "Training and decoding precision: auto is bf16 where this machine multiplies bf16 "
+                                 "natively (AVX512-BF16 / AMX / a CUDA GPU with bf16), else fp32.",
+                         choices=["auto", "fp32", "bf16"])
+    out_dir: str = opt("runs/ablations", "Folder of one sub-folder (--save-dir) per run.")
     gen_subset: str = opt("test", "Split translated for BLEU (beam 5).")
-    train_args: str = opt("", "Extra nmt-train flags for every variant, one shell-quoted string "
-                              "(e.g. '--num-threads 2'); they come last, so they win.")
+    train_args: str = opt("", "Extra nmt-train flags for every run, one shell-quoted string (e.g. '--num-threads "
+                              "2'); they come last, so they win.")
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The mean and spread (max - min) of one metric over a variant's seeds."""
+
+    mean: float
+    spread: float
+    seeds: int
+
+    @classmethod
+    def of(cls, values: list[float]) -> Figures:
+        return cls(mean(values), max(values) - min(values), len(values))
+
+    def cell(self, digits: int) -> str:
+        return f"{self.mean:.{digits}f}" + (f" ± {self.spread / 2:.{digits}f}" if self.seeds > 1 else "")
 
 
 def _tool(name: str) -> str:
@@ -107,30 +178,38 @@ def _call(argv: list[str]) -> str:
     return "".join(lines)
 
 
-def train_command(job: AblationJob, name: str) -> list[str]:
-    flags = VARIANTS[name][1]
-    return [_tool("nmt-train"), job.data, *BASE_FLAGS, *flags, "--seed", str(job.common.seed),
-            "--max-update", str(job.max_update), "--warmup-updates", str(job.warmup_updates),
-            "--max-tokens", str(job.max_tokens), "--save-dir", str(Path(job.out_dir) / name),
-            *shlex.split(job.train_args)]
+def bf16(job: AblationJob) -> bool:
+    return job.precision == "bf16" or (job.precision == "auto" and native_bf16())
 
 
-def generate_command(job: AblationJob, name: str) -> list[str]:
-    save = Path(job.out_dir) / name
-    return [_tool("nmt-generate"), job.data, "--path", str(save / "checkpoint_last.pt"), "--beam", "5",
+def run_dir(job: AblationJob, name: str, seed: int) -> Path:
+    return Path(job.out_dir) / name / f"seed{seed}"
+
+
+def train_command(job: AblationJob, name: str, seed: int) -> list[str]:
+    return [_tool("nmt-train"), job.data, *BASE_FLAGS, *VARIANTS[name].flags, *(["--bf16"] if bf16(job) else []),
+            "--seed", str(seed), "--max-update", str(job.max_update), "--patience", str(job.patience),
+            "--warmup-updates", str(job.warmup_updates), "--max-tokens", str(job.max_tokens),
+            "--save-dir", str(run_dir(job, name, seed)), *shlex.split(job.train_args)]
+
+
+def generate_command(job: AblationJob, name: str, seed: int) -> list[str]:
+    save = run_dir(job, name, seed)
+    return [_tool("nmt-generate"), job.data, "--path", str(save / "checkpoint_best.pt"), "--beam", "5",
             "--gen-subset", job.gen_subset, "--max-len-a", "2", "--max-len-b", "10",  # as the quickstart
-            "--max-tokens", str(job.max_tokens), "--bf16", "--quiet",
+            "--max-tokens", str(job.max_tokens), *(["--bf16"] if bf16(job) else []), "--quiet",
             "--results-path", str(save / job.gen_subset)]
 
 
-def last_validation(save_dir: Path) -> dict[str, Any]:
-    """The last 'valid' record of the run's train_log.jsonl (the model after --max-update updates)."""
+def best_validation(save_dir: Path) -> tuple[dict[str, Any], int]:
+    """The validation record with the lowest loss (the one checkpoint_best.pt was saved at) and the number
+    of updates the run made."""
     log = save_dir / "train_log.jsonl"
     records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
     valid = [r for r in records if r.get("kind") == "valid"]
     if not valid:
         raise NmtError(f"{log}: no validation record; the run did not validate (was --disable-validation given?)")
-    return valid[-1]
+    return min(valid, key=lambda r: r["loss"]), max(r["num_updates"] for r in records if "num_updates" in r)
 
 
 def checkpoint_facts(path: Path) -> tuple[int, float]:
@@ -142,38 +221,175 @@ def checkpoint_facts(path: Path) -> tuple[int, float]:
     return sum(unique.values()), float((state["training"].get("extra") or {}).get("train_time", 0.0))
 
 
-def run_variant(job: AblationJob, name: str) -> dict[str, Any]:
-    """Train (or resume) one variant, score it, and return its row."""
-    save = Path(job.out_dir) / name
-    click.echo(f"\n== {name}: {VARIANTS[name][0]}")
+def run_once(job: AblationJob, name: str, seed: int) -> dict[str, Any]:
+    """Train (or resume) one variant with one seed, score its best checkpoint, and return the figures."""
+    save = run_dir(job, name, seed)
+    click.echo(f"\n== {name}, seed {seed}: {VARIANTS[name].label}")
     started = time.perf_counter()
-    train = train_command(job, name)
+    train = train_command(job, name, seed)
     _call(train)
-    generate = generate_command(job, name)
+    generate = generate_command(job, name, seed)
     _call(generate)
     summary = (save / job.gen_subset / f"generate-{job.gen_subset}.txt").read_text(encoding="utf-8")
-    bleu = re.search(r"BLEU = ([0-9.]+)", summary)
-    valid = last_validation(save)
+    bleu, chrf = re.search(r"BLEU = ([0-9.]+)", summary), re.search(r"chrF2 = ([0-9.]+)", summary)
+    best, updates = best_validation(save)
     params, train_seconds = checkpoint_facts(save / "checkpoint_last.pt")
-    return {"variant": name, "row": VARIANTS[name][0], "params": params, "dev_ppl": valid["ppl"],
-            "dev_loss_bits": valid["loss"], "dev_nll_bits": valid["nll_loss"],
-            "num_updates": valid["num_updates"], "test_bleu": float(bleu.group(1)) if bleu else None,
+    return {"variant": name, "seed": seed, "params": params, "dev_ppl": best["ppl"], "dev_loss_bits": best["loss"],
+            "best_update": best["num_updates"], "num_updates": updates,
+            "test_bleu": float(bleu.group(1)) if bleu else None, "test_chrf": float(chrf.group(1)) if chrf else None,
             "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - started,
             "train_command": shlex.join(["nmt-train", *train[1:]]),
             "generate_command": shlex.join(["nmt-generate", *generate[1:]])}
 
 
-def markdown_table(rows: list[dict[str, Any]], gen_subset: str) -> str:
-    head = (f"| variant | Table 3 row | params | dev ppl | dev loss (bits) | {gen_subset} BLEU (beam 5) | train time |\n"
-            "|---|---|---:|---:|---:|---:|---:|\n")
-    body = "".join(
-        f"| {r['variant']} | {r['row']} | {r['params'] / 1e6:.2f}M | {r['dev_ppl']:.2f} | {r['dev_loss_bits']:.3f} | "
-        f"{'-' if r['test_bleu'] is None else format(r['test_bleu'], '.2f')} | {r['train_seconds'] / 60:.1f} min |\n"
-        for r in rows)
-    return head + body
+class Table:
+    """The finished runs (OUT_DIR/results.json: the settings they were run with, and a record per run)."""
+
+    def __init__(self, path: Path, settings: dict[str, Any]):
+        self.path = path
+        self.settings = settings
+        saved = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"settings": settings, "runs": {}}
+        if saved.get("settings") != settings:
+            raise UsageError(f"{path}: its runs were made with other settings ({saved.get('settings')}); give another "
+                             "--out-dir, or the same settings to add to them")
+        self.runs: dict[str, dict[str, Any]] = saved["runs"]
+
+    def get(self, name: str, seed: int) -> Optional[dict[str, Any]]:
+        return self.runs.get(f"{name}/seed{seed}")
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.runs[f"{record['variant']}/seed{record['seed']}"] = record
+        atomic_write_text(self.path, json.dumps({"settings": self.settings, "runs": self.runs}, indent=2) + "\n")
+
+    def seeds_of(self, name: str) -> list[dict[str, Any]]:
+        return [r for r in self.runs.values() if r["variant"] == name]
+
+    def figures(self, name: str, metric: str) -> Optional[Figures]:
+        values = [r[metric] for r in self.seeds_of(name) if r[metric] is not None]
+        return Figures.of(values) if values else None
 
 
-def run(job: AblationJob) -> None:
+def within_noise(table: Table, name: str) -> bool:
+    """Whether ``name``'s first-seed figures differ from the base's mean by no more than the base's spread
+    in dev perplexity or in BLEU (so a second seed is needed to tell them apart)."""
+    for metric in ("dev_ppl", "test_bleu"):
+        base, this = table.figures("base", metric), table.figures(name, metric)
+        if base is not None and this is not None and abs(this.mean - base.mean) <= base.spread:
+            return True
+    return False
+
+
+def compare(table: Table, name: str) -> dict[str, str]:
+    """``name`` against the base, per metric: "better", "worse" or "level" (within the base's seed spread)."""
+    out = {}
+    for metric, lower_is_better in (("dev_ppl", True), ("test_bleu", False)):
+        base, this = table.figures("base", metric), table.figures(name, metric)
+        if base is None or this is None:
+            out[metric] = "?"
+            continue
+        delta = this.mean - base.mean
+        if abs(delta) <= base.spread:
+            out[metric] = "level"
+        else:
+            out[metric] = "better" if (delta < 0) == lower_is_better else "worse"
+    return out
+
+
+# The paper's conclusion per row and how it is checked against the better / worse / level verdicts.
+Verdicts = dict[str, dict[str, str]]  # variant -> metric -> better / worse / level
+
+
+def _all(verdicts: Verdicts, names: list[str], want: set[str], metrics: tuple[str, ...] = ("dev_ppl", "test_bleu"),
+         ) -> Optional[bool]:
+    """Whether every measured variant of ``names`` is in ``want`` on one of ``metrics`` (None: none measured)."""
+    present = [n for n in names if n in verdicts]
+    if not present:
+        return None
+    return all(any(verdicts[n][m] in want for m in metrics) for n in present)
+
+
+def _and(*parts: Optional[bool]) -> Optional[bool]:
+    """Every measured part holds (None: no part measured)."""
+    measured = [p for p in parts if p is not None]
+    return None if not measured else all(measured)
+
+
+def heads_claim(v: Verdicts) -> Optional[bool]:
+    return _all(v, ["heads_1", "heads_16"], {"worse"})
+
+
+def key_size_claim(v: Verdicts) -> Optional[bool]:
+    return _all(v, ["key_dim_16", "key_dim_32"], {"worse"})
+
+
+def size_claim(v: Verdicts) -> Optional[bool]:
+    return _and(_all(v, ["layers_6", "d_model_512", "ffn_2048"], {"better"}),
+                _all(v, ["layers_1", "d_model_128", "ffn_512"], {"worse"}))
+
+
+def dropout_claim(v: Verdicts) -> Optional[bool]:
+    return _all(v, ["dropout_0"], {"worse"})
+
+
+def label_smoothing_claim(v: Verdicts) -> Optional[bool]:
+    return _and(_all(v, ["ls_0"], {"better"}, ("dev_ppl",)), _all(v, ["ls_0"], {"worse"}, ("test_bleu",)))
+
+
+def positions_claim(v: Verdicts) -> Optional[bool]:
+    return _and(_all(v, ["learned_positions"], {"level"}, ("dev_ppl",)),
+                _all(v, ["learned_positions"], {"level"}, ("test_bleu",)))
+
+
+def attention_claim(v: Verdicts) -> Optional[bool]:
+    return _and(_all(v, ["additive"], {"level", "better"}, ("test_bleu",)),
+                _all(v, ["relative"], {"better"}, ("test_bleu",)))
+
+
+CLAIMS: list[tuple[str, str, Callable[[Verdicts], Optional[bool]]]] = [
+    ("A", "single-head attention is 0.9 BLEU worse than the best setting, and quality also drops off with too many "
+          "heads", heads_claim),
+    ("B", "reducing the attention key size d_k hurts model quality", key_size_claim),
+    ("C", "bigger models are better (more layers, a wider d_model or d_ff help; fewer or narrower hurt)", size_claim),
+    ("D", "dropout is very helpful in avoiding over-fitting (P_drop 0 is worse)", dropout_claim),
+    ("D", "label smoothing hurts perplexity but improves BLEU (eps_ls 0 has the better perplexity, the worse BLEU)",
+     label_smoothing_claim),
+    ("E", "learned positional embeddings give nearly identical results to the sinusoids", positions_claim),
+    ("attention", "additive attention is as good as dot-product attention for small d_k (section 3.2.1); relative "
+                  "positions beat absolute ones (Shaw et al. 2018)", attention_claim),
+]
+
+
+def _said(holds: Optional[bool]) -> str:
+    return {None: "not measured yet", True: "holds", False: "does not hold here"}[holds]
+
+
+def markdown(table: Table, names: list[str], gen_subset: str) -> str:
+    """The table of every measured variant of ``names`` and a line per Table 3 row on the paper's conclusion."""
+    head = (f"| row | variant | setting | params | seeds | dev ppl | {gen_subset} BLEU | chrF | vs base (ppl, BLEU) | "
+            "paper (ppl / BLEU) | best at / run | train time |\n"
+            "|---|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|\n")
+    lines, verdicts = [], {}
+    for name in names:
+        runs = table.seeds_of(name)
+        if not runs:
+            continue
+        variant, first = VARIANTS[name], runs[0]
+        ppl, bleu, chrf = (table.figures(name, m) for m in ("dev_ppl", "test_bleu", "test_chrf"))
+        cells = " | ".join("-" if f is None else f.cell(d) for f, d in ((ppl, 2), (bleu, 2), (chrf, 1)))
+        versus = "" if name == "base" else ", ".join(compare(table, name).values())
+        if name != "base":
+            verdicts[name] = compare(table, name)
+        minutes = mean(r["train_seconds"] for r in runs) / 60
+        lines.append(f"| {variant.row} | {name} | {variant.label} | {first['params'] / 1e6:.2f}M | {len(runs)} | "
+                     f"{cells} | "
+                     f"{versus} | {variant.paper.cell()} | {first['best_update']} / {first['num_updates']} | "
+                     f"{minutes:.0f} min |\n")
+    claims = [f"- **{row}**: {claim}: {_said(check(verdicts))}.\n" for row, claim, check in CLAIMS]
+    intro = "\nThe paper's conclusions, checked against the base's seed spread:\n\n"
+    return head + "".join(lines) + intro + "".join(claims)
+
+
+def plan(job: AblationJob) -> list[str]:
     names = [v.strip() for v in job.variants.split(",") if v.strip()]
     unknown = [v for v in names if v not in VARIANTS]
     if unknown or not names:
@@ -182,19 +398,32 @@ def run(job: AblationJob) -> None:
     if not Path(job.data).is_dir():
         raise UsageError(f"data-bin {job.data}: no such folder; run scripts/quickstart.sh first (it writes "
                          "data-bin/multi30k_en_de) or give the folder")
+    return ["base"] + [n for n in names if n != "base"]
+
+
+def run(job: AblationJob) -> None:
+    names = plan(job)
     out = Path(job.out_dir)
-    results_path = Path(job.results) if job.results else out / "results.json"
-    table_path = Path(job.table) if job.table else out / "table.md"
-    done: dict[str, Any] = json.loads(results_path.read_text(encoding="utf-8")) if results_path.is_file() else {}
+    settings = {"data": job.data, "max_update": job.max_update, "patience": job.patience,
+                "warmup_updates": job.warmup_updates, "max_tokens": job.max_tokens, "bf16": bf16(job),
+                "train_args": job.train_args, "gen_subset": job.gen_subset}
+    table = Table(out / "results.json", settings)
+    first = job.common.seed
     for name in names:
-        if name in done and done[name].get("num_updates") == job.max_update:
-            click.echo(f"== {name}: already in {results_path}, skipped")
-            continue
-        done[name] = run_variant(job, name)
-        atomic_write_text(results_path, json.dumps(done, indent=2) + "\n")
-    table = markdown_table([done[n] for n in names], job.gen_subset)
-    atomic_write_text(table_path, table)
-    click.echo(f"\n{table}\nwritten to {table_path} (figures in {results_path})")
+        seeds = range(first, first + (job.seeds if name == "base" else 1))
+        for seed in seeds:
+            if table.get(name, seed) is None:
+                table.add(run_once(job, name, seed))
+            else:
+                click.echo(f"== {name}, seed {seed}: already in {table.path}, skipped")
+        if name != "base" and job.seeds > 1 and within_noise(table, name):
+            for seed in range(first + 1, first + job.seeds):
+                if table.get(name, seed) is None:
+                    click.echo(f"== {name} is within the base's seed spread: seed {seed} too")
+                    table.add(run_once(job, name, seed))
+        text = markdown(table, names, job.gen_subset)
+        atomic_write_text(out / "table.md", text)
+    click.echo(f"\n{text}\nwritten to {out / 'table.md'} (figures and commands in {table.path})")
 
 
 main = config_command("ablations.py", AblationJob, run, help=__doc__, arguments={"data": "data"})

@@ -49,13 +49,18 @@ nmt-preprocess --source-lang en --target-lang de \
   --destdir "$BIN" --tokenizer moses --bpe subword_nmt --bpe-merges 10000 \
   --joined-dictionary --workers 2
 
+# bf16 where this machine multiplies it natively (avx512_bf16 / AMX; 2-4x faster than fp32 there); elsewhere
+# torch emulates it and fp32 is several times faster (docs/mixed-precision.md)
+PRECISION=()
+if python3 -c "from nmt.hardware import native_bf16; raise SystemExit(not native_bf16())"; then PRECISION=(--bf16); fi
+
 # The quality recipe (fairseq's reference run): 3+3 layers d256 (transformer_tiny's shape made
 # bigger), shared embeddings, dropout 0.3, Adam (0.9, 0.98), inverse-sqrt schedule, label smoothing.
 TRAIN=(nmt-train "$BIN" --arch transformer_tiny --encoder-layers 3 --decoder-layers 3
   --encoder-embed-dim 256 --decoder-embed-dim 256 --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024
   --encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings --dropout 0.3
   --optimizer adam --adam-betas '(0.9,0.98)' --lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 500
-  --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 4096 --bf16
+  --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 4096 "${PRECISION[@]}"
   --stop-time-hours "$HOURS" --save-dir "$SAVE" --no-epoch-checkpoints
   --save-interval-updates "$SAVE_EVERY" --keep-interval-updates 5 --log-interval 50 "${EXTRA[@]}")
 DONE="$SAVE/quickstart_train.done"   # the command of a finished training run
@@ -114,7 +119,7 @@ else
   fi
   # Outputs are capped at 2 x source length + 10 tokens: a trained model never gets there on
   # Multi30k; the cap keeps an untrained one from running on to fairseq's default limit, 200.
-  nmt-generate "$BIN" --path "$CHOSEN" --gen-subset test --beam 5 --max-len-a 2 --max-len-b 10 --bf16 \
+  nmt-generate "$BIN" --path "$CHOSEN" --gen-subset test --beam 5 --max-len-a 2 --max-len-b 10 "${PRECISION[@]}" \
     --max-tokens 4096 --results-path "$RESULTS" "${ATTN[@]}"
 fi
 

@@ -1,5 +1,5 @@
-"""examples/ablations.py on a toy task: two variants, a few updates each. Results are appended as
-each variant finishes, a rerun skips them, and the Markdown table holds one row per variant."""
+"""examples/ablations.py: runs on a toy task (the base with two seeds, a variant, results kept as each run
+finishes, a rerun trains nothing), and the table's comparison with the base and with the paper's claims."""
 
 from __future__ import annotations
 
@@ -34,28 +34,83 @@ def call(module, argv: list[str]) -> int:
 
 
 @pytest.mark.slow
-def test_two_variants_table_and_rerun_skips(tmp_path, capsys):
+def test_base_seeds_a_variant_table_and_rerun_skips(tmp_path, capsys):
     module = load_script()
     data = make_toy_task(tmp_path / "toy", n_train=120, n_valid=16)
     out = tmp_path / "runs"
-    argv = [data, "--variants", "base,learned_positions", "--max-update", "5", "--warmup-updates", "2",
-            "--max-tokens", "256", "--gen-subset", "valid", "--out-dir", out, f"--train-args={TINY}"]
+    argv = [data, "--variants", "learned_positions", "--max-update", "5", "--warmup-updates", "2",
+            "--max-tokens", "256", "--gen-subset", "valid", "--precision", "fp32", "--out-dir", out,
+            f"--train-args={TINY}"]
     assert call(module, argv) == 0
-    results = json.loads((out / "results.json").read_text())
-    assert list(results) == ["base", "learned_positions"]
-    for name, row in results.items():
-        assert row["num_updates"] == 5 and row["dev_ppl"] > 1 and row["test_bleu"] is not None
-        assert row["params"] > 0 and "--max-update 5" in row["train_command"]
+    saved = json.loads((out / "results.json").read_text())
+    runs = saved["runs"]
+    assert saved["settings"]["max_update"] == 5 and saved["settings"]["bf16"] is False
+    assert {"base/seed1", "base/seed2", "learned_positions/seed1"} <= set(runs)  # the base always, with 2 seeds
+    for record in runs.values():
+        assert record["num_updates"] == 5 and record["dev_ppl"] > 1 and record["test_bleu"] is not None
+        assert 0 < record["best_update"] <= 5 and "--bf16" not in record["train_command"]
+        assert "checkpoint_best.pt" in record["generate_command"]
+    assert runs["base/seed1"]["train_command"] != runs["base/seed2"]["train_command"]  # --seed 1 / --seed 2
     # learned positions add a table of trained vectors: more parameters than sinusoids
-    assert results["learned_positions"]["params"] > results["base"]["params"]
-    assert "--positional learned" in results["learned_positions"]["train_command"]
+    assert runs["learned_positions/seed1"]["params"] > runs["base/seed1"]["params"]
+    assert "--positional learned" in runs["learned_positions/seed1"]["train_command"]
     table = (out / "table.md").read_text()
-    assert table.count("\n") == 4 and "| base |" in table and "| learned_positions |" in table
+    assert "| base |" in table and "| learned_positions |" in table and "| E | learned_positions |" in table
+    assert "positional embedding: 4.92 / 25.7" in table  # the paper's figures beside the row
     assert table in capsys.readouterr().out
 
     assert call(module, argv) == 0  # the rerun trains nothing
-    assert capsys.readouterr().out.count("skipped") == 2
-    assert json.loads((out / "results.json").read_text()) == results
+    assert capsys.readouterr().out.count("skipped") == len(runs)
+    assert json.loads((out / "results.json").read_text())["runs"] == runs
+
+    # other settings into the same folder: refused, nothing changed
+    assert call(module, [*argv[:4], "6", *argv[5:]]) == 2
+    assert "other settings" in capsys.readouterr().err
+
+
+def record(name: str, seed: int, ppl: float, bleu: float) -> dict:
+    return {"variant": name, "seed": seed, "params": 8e6, "dev_ppl": ppl, "dev_loss_bits": 4.0, "best_update": 900,
+            "num_updates": 1000, "test_bleu": bleu, "test_chrf": 60.0, "train_seconds": 600.0}
+
+
+def table_of(module, tmp_path, records: list[dict]):
+    table = module.Table(tmp_path / "results.json", {"max_update": 1000})
+    for r in records:
+        table.add(r)
+    return table
+
+
+def test_comparison_uses_the_base_seed_spread(tmp_path):
+    module = load_script()
+    base = [record("base", 1, 10.0, 35.0), record("base", 2, 10.4, 35.6)]  # spread: ppl 0.4, BLEU 0.6
+    table = table_of(module, tmp_path, [*base, record("heads_1", 1, 11.0, 34.0), record("heads_16", 1, 10.1, 35.5),
+                                        record("learned_positions", 1, 10.3, 35.2)])
+    assert module.compare(table, "heads_1") == {"dev_ppl": "worse", "test_bleu": "worse"}
+    assert module.compare(table, "heads_16") == {"dev_ppl": "level", "test_bleu": "level"}
+    assert module.within_noise(table, "heads_16") and not module.within_noise(table, "heads_1")
+    text = module.markdown(table, ["base", "heads_1", "heads_16", "learned_positions"], "test")
+    assert "| base | " in text and "10.20 ± 0.20" in text and "35.30 ± 0.30" in text
+    # A: 1 head is worse, but 16 heads are not: the paper's "too many heads" half fails
+    assert "**A**: single-head" in text and "heads: does not hold here." in text
+    assert "**E**: learned positional embeddings give nearly identical results to the sinusoids: holds." in text
+    assert "**B**: reducing the attention key size d_k hurts model quality: not measured yet." in text
+
+
+def test_label_smoothing_claim_needs_better_ppl_and_worse_bleu(tmp_path):
+    module = load_script()
+    base = [record("base", 1, 10.0, 35.0), record("base", 2, 10.2, 35.2)]
+    holds = table_of(module, tmp_path / "a", [*base, record("ls_0", 1, 8.0, 34.0)])
+    fails = table_of(module, tmp_path / "b", [*base, record("ls_0", 1, 8.0, 36.0)])
+    verdicts = {t: {"ls_0": module.compare(t, "ls_0")} for t in (holds, fails)}
+    assert module.label_smoothing_claim(verdicts[holds]) is True
+    assert module.label_smoothing_claim(verdicts[fails]) is False
+
+
+def test_every_variant_is_checked_by_its_row(tmp_path):
+    module = load_script()
+    rows = {v.row for v in module.VARIANTS.values()}
+    assert {"A", "B", "C", "D", "E"} <= rows
+    assert all(v.flags or name == "base" for name, v in module.VARIANTS.items())
 
 
 def test_unknown_variant_is_a_usage_error(tmp_path, capsys):

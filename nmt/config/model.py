@@ -54,6 +54,9 @@ class ModelConfig:
     dropout: float = opt(0.1, "Dropout on embeddings, sub-layer outputs (before the residual add).", low=0, high=1,
                          high_open=True, group=GROUP)
     attention_dropout: float = opt(0.0, "Dropout on attention weights.", low=0, high=1, high_open=True, group=GROUP)
+    attention_key_dim: Optional[int] = opt(None, "Per-head size d_k of attention queries and keys (Table 3 row B); "
+                                           "values keep d_model / heads. Default: d_model / heads.", low=1,
+                                           group=GROUP)
     activation_dropout: float = opt(0.0, "Dropout after the FFN activation.", low=0, high=1, high_open=True,
                                     group=GROUP)
     activation_fn: str = opt("relu", "FFN activation (the paper: relu).", choices=["relu", "gelu"], group=GROUP)

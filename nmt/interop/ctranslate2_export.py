@@ -1,7 +1,8 @@
 """An nmt Transformer as a CTranslate2 model folder (``nmt-export --format ctranslate2``), written
 against ``ctranslate2.specs`` so that nothing goes through fairseq or a converter of another toolkit.
 
-What maps exactly: scaled dot-product attention at every site, post- or pre-norm (each side on its
+What maps exactly: scaled dot-product attention at every site (queries, keys and values of one size
+per head: --attention-key-dim other than d_model / heads is refused), post- or pre-norm (each side on its
 own, with the final LayerNorm of a pre-norm stack), relu or gelu, separate or shared embeddings and
 the tied output projection, the embedding scale (sqrt(d) or 1). Positions are exported as the model's
 own table (``positional(n)`` for n = --max-source/target-positions, whichever plugin computes it), so
@@ -53,6 +54,10 @@ def unsupported(model: nn.Module) -> str | None:
         if name not in allowed:
             return (f"the model's {ROLES.get(role, role)} is '{name}', which CTranslate2 cannot run (it runs "
                     f"{' or '.join(allowed)})")
+    for attn in model.modules():
+        if isinstance(attn, AttentionBase) and attn.key_dim != attn.head_dim:
+            return (f"the model's attention key size d_k is {attn.key_dim} (--attention-key-dim), not d_model / "
+                    f"heads ({attn.head_dim}), which CTranslate2 cannot run")
     activation = getattr(model.cfg, "activation_fn", None)
     if activation not in ACTIVATIONS:
         return f"the model's activation is '{activation}', which CTranslate2 cannot run (it runs relu or gelu)"

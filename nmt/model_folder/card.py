@@ -18,13 +18,14 @@ def model_card(manifest: dict[str, Any], metadata: dict[str, Any]) -> str:
     arch_name = arch.get("name") if isinstance(arch, dict) else arch
     training = manifest.get("training") or {}
     pipeline = metadata.get("pipeline") or {}
+    key_dim = cfg.get("attention_key_dim")  # absent from models exported before the option, None by default
     lines = [
         f"# {src} -> {tgt} translation model (nmt)",
         "",
         f"- **Languages**: {src} -> {tgt}",
         f"- **Architecture**: {arch_name}, {cfg.get('encoder_layers')}+{cfg.get('decoder_layers')} layers, "
         f"d_model {cfg.get('encoder_embed_dim')}, FFN {cfg.get('encoder_ffn_embed_dim')}, "
-        f"{cfg.get('encoder_attention_heads')} heads",
+        f"{cfg.get('encoder_attention_heads')} heads" + (f", attention key size d_k {key_dim}" if key_dim else ""),
         f"- **Parameters**: {_parameters(int(manifest['parameters']))}",
         f"- **Weights**: {manifest['weights']['file']} ({manifest['weights']['dtype']}, sha256 "
         f"{manifest['weights']['sha256'][:16]}...)",

@@ -2,8 +2,10 @@
 only says how queries attend to keys (:meth:`AttentionBase.attend`).
 
 Tensors are batch-first. Inside ``attend`` they are split into heads: ``(B, H, T, D)`` queries and
-``(B, H, S, D)`` keys/values, with ``D = d_model / H``. A plugin is registered by name, with its
-own options (a config dataclass, given to the constructor as ``cfg``)::
+``(B, H, S, D)`` keys/values, with ``D = d_model / H``. With ``--attention-key-dim`` (the paper's
+Table 3 row B) queries and keys have their own size d_k (``key_dim``) and values keep d_model / H
+(``head_dim``); a plugin that handles that sets ``supports_key_dim``. A plugin is registered by name,
+with its own options (a config dataclass, given to the constructor as ``cfg``)::
 
     @register_attention("multiplicative", config=MultiplicativeConfig)
     class Multiplicative(AttentionBase):
@@ -22,7 +24,7 @@ from torch import Tensor, nn
 
 from nmt.errors import ConfigError
 
-IncrementalState = dict  # module key -> {"k": (B,H,S,D), "v": (B,H,S,D), maybe "length": int}
+IncrementalState = dict  # module key -> {"k": (B,H,S,d_k), "v": (B,H,S,D), maybe "length": int}
 
 
 def causal_mask(tgt_len: int, src_len: int, device: torch.device) -> Tensor:
@@ -68,9 +70,10 @@ class AttentionBase(nn.Module):
     self-attention), W^O, and an incremental key/value cache.
 
     Constructed as ``cls(cfg, embed_dim, num_heads, self_attention=..., causal=..., dropout=...)``,
-    ``cfg`` being the plugin's own options. Subclasses implement :meth:`attend`. ``causal`` means
-    query i may only see keys up to its own position; ``self_attention`` means queries, keys and
-    values come from the same input."""
+    ``cfg`` being the plugin's own options, plus ``key_dim=d_k`` when ``--attention-key-dim`` sets a
+    per-head query/key size other than d_model / heads. Subclasses implement :meth:`attend`.
+    ``causal`` means query i may only see keys up to its own position; ``self_attention`` means
+    queries, keys and values come from the same input."""
 
     # A plugin that only makes sense as self-attention sets this False; the builder then keeps
     # the default attention for the encoder-decoder role unless --cross-attention names it.
@@ -80,31 +83,48 @@ class AttentionBase(nn.Module):
     # cross-attention below sees a sentence's beams as that many queries of one row. A plugin whose
     # queries interact sets this False, and every beam gets its own copy of the encoder output.
     independent_queries = True
+    # Whether attend() takes queries and keys of size key_dim (d_k, --attention-key-dim) with values of
+    # size head_dim. Off unless a plugin says so: one written for a single head size may build (D, D)
+    # parameters from head_dim, and the builder then refuses the option naming the plugin.
+    supports_key_dim = False
 
     def __init__(self, cfg: Any, embed_dim: int, num_heads: int, *, self_attention: bool, causal: bool = False,
-                 dropout: float = 0.0):
+                 dropout: float = 0.0, key_dim: Optional[int] = None):
         super().__init__()
         if embed_dim % num_heads:
             raise ConfigError(f"attention: d_model {embed_dim} is not divisible by {num_heads} heads; "
                               "change --encoder/decoder-embed-dim or --encoder/decoder-attention-heads")
         self.embed_dim = embed_dim
         self.num_heads = num_heads
-        self.head_dim = embed_dim // num_heads
+        self.head_dim = embed_dim // num_heads  # d_v: per-head size of values and of the mixed output
+        self.key_dim = self.head_dim if key_dim is None else key_dim  # d_k: per-head size of queries and keys
+        if self.key_dim < 1:
+            raise ConfigError(f"--attention-key-dim {key_dim}: must be >= 1")
+        if self.key_dim != self.head_dim and not self.supports_key_dim:
+            raise ConfigError(f"--attention-key-dim {key_dim}: attention {type(self).__name__} does not support "
+                              f"a key size other than d_model / heads ({self.head_dim}); drop the option")
         self.self_attention = self_attention
         self.causal = causal
         self.dropout = dropout
         self.cfg = cfg
+        qk_size = num_heads * self.key_dim  # H * d_k (embed_dim unless --attention-key-dim)
         if self_attention:
-            self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim)
+            self.qkv_proj = nn.Linear(embed_dim, 2 * qk_size + embed_dim)
         else:
-            self.q_proj = nn.Linear(embed_dim, embed_dim)
-            self.kv_proj = nn.Linear(embed_dim, 2 * embed_dim)
+            self.q_proj = nn.Linear(embed_dim, qk_size)
+            self.kv_proj = nn.Linear(embed_dim, qk_size + embed_dim)
         self.out_proj = nn.Linear(embed_dim, embed_dim)
         self.state_key = f"{type(self).__name__}.{uuid.uuid4().hex}"  # this module's slot in the cache
         self.reset_projections()
 
+    def _block_rows(self, name: str) -> list[int]:
+        """Output rows of each of projection ``name``'s W^Q / W^K / W^V / W^O blocks, in order."""
+        qk, v = self.num_heads * self.key_dim, self.embed_dim
+        return {"qkv_proj": [qk, qk, v], "q_proj": [qk], "kv_proj": [qk, v], "out_proj": [v]}[name]
+
     def reset_projections(self) -> None:
-        """Xavier-uniform per d_model x d_model block, so fusing Q, K, V does not change the init.
+        """Xavier-uniform per block (W^Q, W^K, W^V: d_model x d_model, or H d_k x d_model for W^Q and
+        W^K with --attention-key-dim), so fusing Q, K, V does not change the init.
         The Q, K and V blocks get gain 1/sqrt(2) and keep PyTorch's default bias init, W^O gain 1
         and a zero bias: fairseq's scheme, which measurably converges faster here than gain 1
         everywhere (valid loss after 128 updates on Multi30k, docs/model.md)."""
@@ -113,25 +133,32 @@ class AttentionBase(nn.Module):
             if proj is None:
                 continue
             gain = 1.0 if name == "out_proj" else 2 ** -0.5
-            for block in proj.weight.data.split(self.embed_dim, dim=0):
+            rows = self.embed_dim if self.key_dim == self.head_dim else self._block_rows(name)
+            for block in proj.weight.data.split(rows, dim=0):
                 nn.init.xavier_uniform_(block, gain=gain)
             if name == "out_proj":
                 nn.init.zeros_(proj.bias)
 
     def _heads(self, x: Tensor, parts: int) -> tuple[Tensor, ...]:
+        """A projection's output (B, T, N) split into per-head tensors: 3 parts are q, k, v, 2 are k, v
+        and 1 is q; queries and keys are (B, H, T, d_k), values (B, H, T, D)."""
         B, T, _ = x.shape
-        x = x.view(B, T, parts, self.num_heads, self.head_dim)  # (B, T, parts, H, D)
-        return x.permute(2, 0, 3, 1, 4).unbind(0)  # parts x (B, H, T, D)
+        if self.key_dim == self.head_dim:
+            x = x.view(B, T, parts, self.num_heads, self.head_dim)  # (B, T, parts, H, D)
+            return x.permute(2, 0, 3, 1, 4).unbind(0)  # parts x (B, H, T, D)
+        dims = {1: [self.key_dim], 2: [self.key_dim, self.head_dim], 3: [self.key_dim, self.key_dim, self.head_dim]}
+        blocks = x.split([self.num_heads * d for d in dims[parts]], dim=-1)  # (B, T, H*d) each
+        return tuple(b.view(B, T, self.num_heads, d).transpose(1, 2) for b, d in zip(blocks, dims[parts]))
 
     def cache_append(self, cached: Optional[dict], k: Tensor, v: Tensor) -> tuple[dict, Tensor, Tensor]:
-        """Add a step's keys/values (B, H, T, D) to this module's cache entry; returns the new entry
-        and every key/value so far (B, H, t, D). The default keeps all of them in a buffer that
-        doubles when full, so a step copies only its own keys (no O(t) concatenation per step)."""
+        """Add a step's keys (B, H, T, d_k) and values (B, H, T, D) to this module's cache entry; returns
+        the new entry and every key/value so far (B, H, t, d_k|D). The default keeps all of them in a
+        buffer that doubles when full, so a step copies only its own keys (no O(t) concatenation per step)."""
         length = 0 if cached is None else cached["length"]
         end = length + k.size(2)
         if cached is None or end > cached["k"].size(2):
-            B, H, _, D = k.shape
-            grown = [k.new_empty(B, H, max(2 * end, 16), D) for _ in range(2)]  # (B, H, capacity, D)
+            B, H = k.shape[:2]
+            grown = [t.new_empty(B, H, max(2 * end, 16), t.size(3)) for t in (k, v)]  # (B, H, capacity, d_k|D)
             if cached is not None:
                 grown[0][:, :, :length] = cached["k"][:, :, :length]
                 grown[1][:, :, :length] = cached["v"][:, :, :length]
@@ -153,26 +180,26 @@ class AttentionBase(nn.Module):
         ``need_weights``, the weights (B, H, T, S)."""
         B, T, C = query.shape
         if self.self_attention:
-            q, k, v = self._heads(self.qkv_proj(query), 3)  # each (B, H, T, D)
+            q, k, v = self._heads(self.qkv_proj(query), 3)  # (B, H, T, d_k), (B, H, T, d_k), (B, H, T, D)
             if incremental_state is not None:
-                entry, k, v = self.cache_append(incremental_state.get(self.state_key), k, v)  # (B, H, t, D)
+                entry, k, v = self.cache_append(incremental_state.get(self.state_key), k, v)  # (B, H, t, d_k|D)
                 incremental_state[self.state_key] = entry
         else:
-            (q,) = self._heads(self.q_proj(query), 1)  # (B, H, T, D)
+            (q,) = self._heads(self.q_proj(query), 1)  # (B, H, T, d_k)
             cached = incremental_state.get(self.state_key) if incremental_state is not None else None
             if cached is not None:
                 k, v = cached["k"], cached["v"]
             else:
                 if key_value is None:
                     raise ValueError("cross-attention needs key_value (the encoder output)")
-                k, v = self._heads(self.kv_proj(key_value), 2)  # each (B, H, S, D)
+                k, v = self._heads(self.kv_proj(key_value), 2)  # (B, H, S, d_k), (B, H, S, D)
                 if incremental_state is not None:  # read at every step: contiguous reads are cheaper
                     k, v = k.contiguous(), v.contiguous()
                     incremental_state[self.state_key] = {"k": k, "v": v}
         group = B // k.size(0)  # query rows per key row: a sentence's beams share its encoder-side cache
         if group > 1:
-            q = q.reshape(k.size(0), group, self.num_heads, T, self.head_dim).transpose(1, 2)  # (b, H, group, T, D)
-            q = q.reshape(k.size(0), self.num_heads, group * T, self.head_dim)  # (b, H, group*T, D)
+            q = q.reshape(k.size(0), group, self.num_heads, T, self.key_dim).transpose(1, 2)  # (b, H, group, T, d_k)
+            q = q.reshape(k.size(0), self.num_heads, group * T, self.key_dim)  # (b, H, group*T, d_k)
         out, weights = self.attend(q, k, v, key_padding_mask, self.causal, need_weights)  # (b, H, group*T, D)
         if group > 1:
             out = out.reshape(k.size(0), self.num_heads, group, T, self.head_dim).transpose(1, 2)
@@ -184,11 +211,13 @@ class AttentionBase(nn.Module):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], causal: bool,
                need_weights: bool) -> tuple[Tensor, Optional[Tensor]]:
-        """q (B,H,T,D), k and v (B,H,S,D), key_padding_mask (B,S) True at pads or None. ``causal``:
+        """q (B,H,T,d_k), k (B,H,S,d_k), v (B,H,S,D), key_padding_mask (B,S) True at pads or None
+        (d_k = D unless --attention-key-dim, see ``supports_key_dim``). ``causal``:
         the T queries are the last T positions of the S keys and see no later key. Returns the
         mixed values (B,H,T,D) and, if ``need_weights``, the weights (B,H,T,S) (else None)."""
         raise NotImplementedError
 
     @property
     def scale(self) -> float:
-        return 1.0 / math.sqrt(self.head_dim)
+        """1 / sqrt(d_k), the paper's scaling of query-key dot products."""
+        return 1.0 / math.sqrt(self.key_dim)

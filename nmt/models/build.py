@@ -41,10 +41,19 @@ def attention_groups(cfg: ModelConfig) -> dict[str, dict[str, Any]]:
 
 
 def _attention(group: dict[str, Any], site: str, dim: int, heads: int, dropout: float, *,
-               self_attention: bool, causal: bool) -> AttentionBase:
+               self_attention: bool, causal: bool, key_dim: Optional[int] = None) -> AttentionBase:
+    """The attention plugin of ``site``. ``key_dim`` (--attention-key-dim) is passed on only when it
+    differs from d_model / heads, so a model without it is built exactly as before the option existed."""
+    extra: dict[str, Any] = {}
+    if key_dim is not None and key_dim != dim // heads:
+        if not ATTENTION.get(group["name"]).supports_key_dim:
+            raise ConfigError(f"--attention-key-dim {key_dim}: the {site} attention '{group['name']}' takes "
+                              f"queries, keys and values of one size (d_model / heads = {dim // heads}); drop "
+                              f"--attention-key-dim or choose another --{site}-attention")
+        extra["key_dim"] = key_dim
     try:
         return ATTENTION.build(group["name"], group, dim, heads, self_attention=self_attention, causal=causal,
-                               dropout=dropout)
+                               dropout=dropout, **extra)
     except ConfigError as e:
         raise ConfigError(f"{site} attention: {e}") from None
 
@@ -110,15 +119,18 @@ def build_transformer(cfg: ModelConfig, src_dict: Any, tgt_dict: Any) -> Transfo
         return nn.LayerNorm(getattr(cfg, f"{side}_embed_dim")) if getattr(cfg, f"{side}_normalize_before") else None
 
     eh, dh, p = cfg.encoder_attention_heads, cfg.decoder_attention_heads, cfg.attention_dropout
-    ddim = cfg.decoder_embed_dim
+    ddim, dk = cfg.decoder_embed_dim, cfg.attention_key_dim
     enc_layers = [
-        EncoderLayer(_attention(attn["encoder"], "encoder", dim, eh, p, self_attention=True, causal=False),
+        EncoderLayer(_attention(attn["encoder"], "encoder", dim, eh, p, self_attention=True, causal=False,
+                                key_dim=dk),
                      ffn("encoder"), dim, cfg.dropout, cfg.encoder_normalize_before)
         for _ in range(cfg.encoder_layers)
     ]
     dec_layers = [
-        DecoderLayer(_attention(attn["decoder"], "decoder", ddim, dh, p, self_attention=True, causal=True),
-                     _attention(attn["cross"], "cross", ddim, dh, p, self_attention=False, causal=False),
+        DecoderLayer(_attention(attn["decoder"], "decoder", ddim, dh, p, self_attention=True, causal=True,
+                                key_dim=dk),
+                     _attention(attn["cross"], "cross", ddim, dh, p, self_attention=False, causal=False,
+                                key_dim=dk),
                      ffn("decoder"), ddim, cfg.dropout, cfg.decoder_normalize_before)
         for _ in range(cfg.decoder_layers)
     ]

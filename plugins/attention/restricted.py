@@ -40,6 +40,7 @@ class RestrictedAttention(AttentionBase):
     """Self-attention limited to a neighbourhood of r positions (O(r*n*d) cost)."""
 
     supports_cross_attention = False
+    supports_key_dim = True  # keys and values are windowed alike; only their last sizes differ
 
     def __init__(self, cfg: RestrictedConfig, embed_dim: int, num_heads: int, **kwargs: Any):
         super().__init__(cfg, embed_dim, num_heads, **kwargs)
@@ -71,16 +72,17 @@ class RestrictedAttention(AttentionBase):
 
     def _blockwise(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], causal: bool,
                    need_weights: bool, dropout: float) -> tuple[Tensor, Optional[Tensor]]:
-        B, H, T, D = q.shape
+        B, H, T, Dk = q.shape
+        D = v.size(3)  # the values' size (d_k = D unless --attention-key-dim)
         r = min(self.window, T - 1)  # farther keys do not exist
         b = min(T, max(r, MIN_BLOCK))  # queries per block
         nb = -(-T // b)
         Tp = nb * b
         left, right = r, (0 if causal else r)
         width = b + left + right  # keys seen by one block
-        q5 = F.pad(q, (0, 0, 0, Tp - T)).view(B, H, nb, b, D)  # (B, H, nb, b, D)
+        q5 = F.pad(q, (0, 0, 0, Tp - T)).view(B, H, nb, b, Dk)  # (B, H, nb, b, d_k)
         kv_pad = (0, 0, left, Tp - T + right)
-        k5 = F.pad(k, kv_pad).unfold(2, width, b).transpose(-1, -2)  # (B, H, nb, width, D)
+        k5 = F.pad(k, kv_pad).unfold(2, width, b).transpose(-1, -2)  # (B, H, nb, width, d_k)
         v5 = F.pad(v, kv_pad).unfold(2, width, b).transpose(-1, -2)  # (B, H, nb, width, D)
         real = torch.ones(B, T, dtype=torch.bool, device=q.device) if key_padding_mask is None else ~key_padding_mask
         key_ok = F.pad(real, (left, Tp - T + right), value=False).unfold(1, width, b)  # (B, nb, width)

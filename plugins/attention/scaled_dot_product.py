@@ -1,7 +1,9 @@
 """Scaled dot-product attention (paper section 3.2.1): softmax(QK^T / sqrt(d_k)) V per head.
 
 The fast path is torch's fused ``scaled_dot_product_attention`` (``is_causal`` instead of a mask
-when there is no padding); the weights, when asked for, come from the explicit computation."""
+when there is no padding); the weights, when asked for, come from the explicit computation. Both
+take values of another size than queries and keys (``--attention-key-dim``): torch's kernel scales
+by the queries' last dimension, d_k, as :attr:`AttentionBase.scale` does."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ FEW_QUERIES = 16  # up to this many queries per row, the explicit product is fas
 @register_attention("scaled_dot_product")
 class ScaledDotProductAttention(AttentionBase):
     """softmax(QK^T/sqrt(d_k))V with h heads (fused kernel unless weights are requested)."""
+
+    supports_key_dim = True
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], causal: bool,
                need_weights: bool) -> tuple[Tensor, Optional[Tensor]]:
