@@ -158,14 +158,14 @@ class Figures:
         return f"{self.mean:.{digits}f}" + (f" ± {self.spread / 2:.{digits}f}" if self.seeds > 1 else "")
 
 
-def _tool(name: str) -> str:
+def tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
         raise UsageError(f"{name}: not on PATH; install nmt first (scripts/install.sh or pip install -e .)")
     return path
 
 
-def _call(argv: list[str]) -> str:
+def call(argv: list[str]) -> str:
     """Run a command with its output shown live; returns its stdout + stderr for parsing."""
     click.echo("$ " + shlex.join(argv))
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -178,8 +178,9 @@ def _call(argv: list[str]) -> str:
     return "".join(lines)
 
 
-def bf16(job: AblationJob) -> bool:
-    return job.precision == "bf16" or (job.precision == "auto" and native_bf16())
+def precision_flags(precision: str) -> list[str]:
+    """The nmt-train / nmt-generate flags of --precision (auto: bf16 where this machine multiplies it natively)."""
+    return ["--bf16"] if precision == "bf16" or (precision == "auto" and native_bf16()) else []
 
 
 def run_dir(job: AblationJob, name: str, seed: int) -> Path:
@@ -187,7 +188,7 @@ def run_dir(job: AblationJob, name: str, seed: int) -> Path:
 
 
 def train_command(job: AblationJob, name: str, seed: int) -> list[str]:
-    return [_tool("nmt-train"), job.data, *BASE_FLAGS, *VARIANTS[name].flags, *(["--bf16"] if bf16(job) else []),
+    return [tool("nmt-train"), job.data, *BASE_FLAGS, *VARIANTS[name].flags, *precision_flags(job.precision),
             "--seed", str(seed), "--max-update", str(job.max_update), "--patience", str(job.patience),
             "--warmup-updates", str(job.warmup_updates), "--max-tokens", str(job.max_tokens),
             "--save-dir", str(run_dir(job, name, seed)), *shlex.split(job.train_args)]
@@ -195,9 +196,9 @@ def train_command(job: AblationJob, name: str, seed: int) -> list[str]:
 
 def generate_command(job: AblationJob, name: str, seed: int) -> list[str]:
     save = run_dir(job, name, seed)
-    return [_tool("nmt-generate"), job.data, "--path", str(save / "checkpoint_best.pt"), "--beam", "5",
+    return [tool("nmt-generate"), job.data, "--path", str(save / "checkpoint_best.pt"), "--beam", "5",
             "--gen-subset", job.gen_subset, "--max-len-a", "2", "--max-len-b", "10",  # as the quickstart
-            "--max-tokens", str(job.max_tokens), *(["--bf16"] if bf16(job) else []), "--quiet",
+            "--max-tokens", str(job.max_tokens), *precision_flags(job.precision), "--quiet",
             "--results-path", str(save / job.gen_subset)]
 
 
@@ -227,9 +228,9 @@ def run_once(job: AblationJob, name: str, seed: int) -> dict[str, Any]:
     click.echo(f"\n== {name}, seed {seed}: {VARIANTS[name].label}")
     started = time.perf_counter()
     train = train_command(job, name, seed)
-    _call(train)
+    call(train)
     generate = generate_command(job, name, seed)
-    _call(generate)
+    call(generate)
     summary = (save / job.gen_subset / f"generate-{job.gen_subset}.txt").read_text(encoding="utf-8")
     bleu, chrf = re.search(r"BLEU = ([0-9.]+)", summary), re.search(r"chrF2 = ([0-9.]+)", summary)
     best, updates = best_validation(save)
@@ -243,7 +244,8 @@ def run_once(job: AblationJob, name: str, seed: int) -> dict[str, Any]:
 
 
 class Table:
-    """The finished runs (OUT_DIR/results.json: the settings they were run with, and a record per run)."""
+    """The finished runs of a study (OUT_DIR/results.json: the settings they were made with, and a record per
+    run). examples/recipes.py keeps its runs in one too."""
 
     def __init__(self, path: Path, settings: dict[str, Any]):
         self.path = path
@@ -254,11 +256,12 @@ class Table:
                              "--out-dir, or the same settings to add to them")
         self.runs: dict[str, dict[str, Any]] = saved["runs"]
 
-    def get(self, name: str, seed: int) -> Optional[dict[str, Any]]:
-        return self.runs.get(f"{name}/seed{seed}")
+    def get(self, key: str) -> Optional[dict[str, Any]]:
+        return self.runs.get(key)
 
-    def add(self, record: dict[str, Any]) -> None:
-        self.runs[f"{record['variant']}/seed{record['seed']}"] = record
+    def add(self, key: str, record: dict[str, Any]) -> None:
+        """Keep ``record`` under ``key`` and write the file at once (an interrupted study keeps it)."""
+        self.runs[key] = record
         atomic_write_text(self.path, json.dumps({"settings": self.settings, "runs": self.runs}, indent=2) + "\n")
 
     def seeds_of(self, name: str) -> list[dict[str, Any]]:
@@ -405,22 +408,23 @@ def run(job: AblationJob) -> None:
     names = plan(job)
     out = Path(job.out_dir)
     settings = {"data": job.data, "max_update": job.max_update, "patience": job.patience,
-                "warmup_updates": job.warmup_updates, "max_tokens": job.max_tokens, "bf16": bf16(job),
-                "train_args": job.train_args, "gen_subset": job.gen_subset}
+                "warmup_updates": job.warmup_updates, "max_tokens": job.max_tokens,
+                "bf16": bool(precision_flags(job.precision)), "train_args": job.train_args,
+                "gen_subset": job.gen_subset}
     table = Table(out / "results.json", settings)
     first = job.common.seed
     for name in names:
         seeds = range(first, first + (job.seeds if name == "base" else 1))
         for seed in seeds:
-            if table.get(name, seed) is None:
-                table.add(run_once(job, name, seed))
+            if table.get(f"{name}/seed{seed}") is None:
+                table.add(f"{name}/seed{seed}", run_once(job, name, seed))
             else:
                 click.echo(f"== {name}, seed {seed}: already in {table.path}, skipped")
         if name != "base" and job.seeds > 1 and within_noise(table, name):
             for seed in range(first + 1, first + job.seeds):
-                if table.get(name, seed) is None:
+                if table.get(f"{name}/seed{seed}") is None:
                     click.echo(f"== {name} is within the base's seed spread: seed {seed} too")
-                    table.add(run_once(job, name, seed))
+                    table.add(f"{name}/seed{seed}", run_once(job, name, seed))
         text = markdown(table, names, job.gen_subset)
         atomic_write_text(out / "table.md", text)
     click.echo(f"\n{text}\nwritten to {out / 'table.md'} (figures and commands in {table.path})")

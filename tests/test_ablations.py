@@ -76,7 +76,7 @@ def record(name: str, seed: int, ppl: float, bleu: float) -> dict:
 def table_of(module, tmp_path, records: list[dict]):
     table = module.Table(tmp_path / "results.json", {"max_update": 1000})
     for r in records:
-        table.add(r)
+        table.add(f"{r['variant']}/seed{r['seed']}", r)
     return table
 
 

@@ -1,0 +1,194 @@
+"""The best Multi30k en-de recipe for a training-time budget, chosen on the validation set only.
+
+Every candidate is the quickstart's recipe (examples/ablations.py BASE_FLAGS, warmup 500, --max-tokens
+4096) with a few flags changed. Each trains for --minutes of training time (nmt-train --stop-time-hours),
+saving a checkpoint every 50 updates (the last 5 kept), and is scored on the valid split with beam 5:
+checkpoint_best.pt and the average of the last 5 interval checkpoints, each with every --lenpens length
+penalty. The `ensemble` candidate trains two models for half the time each (seeds 1 and 2) and decodes
+them together, against one model trained for the whole time. With --test, the best (candidate, checkpoint,
+length penalty) on valid is translated on the test split once, and only that one.
+
+Runs are kept in OUT_DIR/results.json as they finish; a rerun skips them and an interrupted training
+resumes from its checkpoint_last.pt.
+
+\b
+  python examples/recipes.py data-bin/multi30k_en_de --minutes 30
+  python examples/recipes.py data-bin/multi30k_en_de --minutes 30 --candidates quickstart,lr_2e-3 --test
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/ablations.py, run as a script or loaded
+from ablations import BASE_FLAGS, Table, call, precision_flags, tool  # noqa: E402
+
+from nmt.cli.common import config_command  # noqa: E402
+from nmt.config.fields import opt  # noqa: E402
+from nmt.errors import NmtError, UsageError  # noqa: E402
+from nmt.fileio import atomic_write_text  # noqa: E402
+
+KEEP = 5  # interval checkpoints kept, and averaged
+# name -> the flags that change the quickstart's recipe ("ensemble": two models of half the time each)
+CANDIDATES: dict[str, tuple[str, ...]] = {
+    "quickstart": (),
+    "ensemble": (),
+    "lr_2e-3": ("--lr", "2e-3"),
+    "warmup_250": ("--warmup-updates", "250"),
+    "pre_norm_lr_2e-3": ("--encoder-normalize-before", "--decoder-normalize-before", "--lr", "2e-3"),
+    "learned_positions": ("--positional", "learned"),
+    "dropout_0.2": ("--dropout", "0.2"),
+    "label_smoothing_0.2": ("--label-smoothing", "0.2"),
+    "tokens_2048": ("--max-tokens", "2048"),
+    "tokens_8192": ("--max-tokens", "8192"),
+}
+
+
+@dataclass
+class RecipeJob:
+    """Which candidates, for how long, and how they are scored."""
+
+    data: str = opt("data-bin/multi30k_en_de", "The data-bin folder (the quickstart writes this one).", cli=False)
+    candidates: str = opt(",".join(CANDIDATES), "Comma-separated candidates, in this order. Known: "
+                          + ", ".join(CANDIDATES) + ".")
+    minutes: float = opt(30.0, "Training time per candidate, in minutes (the ensemble's two models share it).",
+                         low=0, low_open=True)
+    lenpens: str = opt("1.0", "Comma-separated length penalties each checkpoint is scored with on valid.")
+    precision: str = opt("auto", "Training and decoding precision: auto is bf16 where this machine multiplies bf16 "
+                                 "natively, else fp32.", choices=["auto", "fp32", "bf16"])
+    test: bool = opt(False, "Translate --test-subset once, with the best setting on valid.")
+    test_subset: str = opt("test", "The split --test translates.")
+    out_dir: str = opt("runs/recipes", "Folder of one sub-folder per candidate.")
+    train_args: str = opt("", "Extra nmt-train flags for every candidate, one shell-quoted string; they come last.")
+
+
+def train(job: RecipeJob, name: str, seed: int, minutes: float, save: Path) -> list[str]:
+    """Train one model of candidate ``name`` into ``save``; returns the command."""
+    argv = [tool("nmt-train"), job.data, *BASE_FLAGS, "--warmup-updates", "500", "--max-tokens", "4096",
+            *CANDIDATES[name], *precision_flags(job.precision), "--seed", str(seed),
+            "--stop-time-hours", f"{minutes / 60:.6g}", "--save-interval-updates", "50",
+            "--keep-interval-updates", str(KEEP), "--save-dir", str(save), *shlex.split(job.train_args)]
+    call(argv)
+    return argv
+
+
+def average(save: Path) -> Optional[Path]:
+    """The average of the last KEEP interval checkpoints, or of all when fewer (None when fewer than two)."""
+    found = len(list(save.glob("checkpoint_*_*.pt")))
+    if found < 2:
+        return None
+    out = save / "checkpoint_avg.pt"
+    call([tool("nmt-average-checkpoints"), "--inputs", str(save), "--num-update-checkpoints", str(min(found, KEEP)),
+          "--output", str(out)])
+    return out
+
+
+def bleu(job: RecipeJob, paths: list[Path], subset: str, lenpen: str, results: Path) -> float:
+    """Beam-5 BLEU of ``paths`` (an ensemble when more than one) on ``subset``, detokenized sacreBLEU."""
+    call([tool("nmt-generate"), job.data, "--path", ":".join(map(str, paths)), "--beam", "5", "--lenpen", lenpen,
+          "--gen-subset", subset, "--max-len-a", "2", "--max-len-b", "10", "--max-tokens", "4096",
+          *precision_flags(job.precision), "--quiet", "--results-path", str(results)])
+    found = re.search(r"BLEU = ([0-9.]+)", (results / f"generate-{subset}.txt").read_text(encoding="utf-8"))
+    if found is None:
+        raise NmtError(f"{results}/generate-{subset}.txt: no BLEU line (does the data-bin keep the raw references?)")
+    return float(found.group(1))
+
+
+def run_candidate(job: RecipeJob, name: str) -> dict[str, Any]:
+    """Train candidate ``name`` and score its checkpoints on valid; returns its record."""
+    out = Path(job.out_dir) / name
+    models = [(1, job.minutes / 2), (2, job.minutes / 2)] if name == "ensemble" else [(1, job.minutes)]
+    commands: list[str] = []
+    checkpoints: dict[str, list[Path]] = {}
+    for seed, minutes in models:
+        save = out / f"seed{seed}"
+        commands.append(" ".join(train(job, name, seed, minutes, save)[1:]))
+        checkpoints.setdefault("best", []).append(save / "checkpoint_best.pt")
+        averaged = average(save)
+        if averaged is not None:
+            checkpoints.setdefault("average", []).append(averaged)
+    scores = {}
+    for kind, paths in checkpoints.items():
+        if len(paths) != len(models):
+            continue
+        for lenpen in job.lenpens.split(","):
+            scores[f"{kind}/lenpen {lenpen}"] = bleu(job, paths, "valid", lenpen, out / f"valid-{kind}-{lenpen}")
+    updates = [_updates(out / f"seed{seed}") for seed, _ in models]
+    return {"variant": name, "seed": 1, "flags": " ".join(CANDIDATES[name]), "updates": updates,
+            "valid_bleu": scores, "train_commands": commands}
+
+
+def _updates(save: Path) -> int:
+    from nmt.checkpoint.format import load_checkpoint
+
+    return int(load_checkpoint(save / "checkpoint_last.pt")["training"]["num_updates"])
+
+
+def best_setting(table: Table, names: list[str]) -> tuple[str, str, float]:
+    """(candidate, "checkpoint/lenpen", valid BLEU) of the best scored setting."""
+    found = [(name, setting, score) for name in names if (r := table.get(name))
+             for setting, score in r["valid_bleu"].items()]
+    return max(found, key=lambda f: f[2])
+
+
+def markdown(table: Table, names: list[str], lenpens: list[str]) -> str:
+    settings = [f"{kind}/lenpen {p}" for kind in ("best", "average") for p in lenpens]
+    head = ("| candidate | flags | updates | " + " | ".join(f"valid BLEU {s}" for s in settings) + " |\n"
+            + "|---|---|---:|" + "---:|" * len(settings) + "\n")
+    rows = []
+    for name in names:
+        r = table.get(name)
+        if r is None:
+            continue
+        cells = " | ".join(f"{r['valid_bleu'][s]:.2f}" if s in r["valid_bleu"] else "-" for s in settings)
+        rows.append(f"| {name} | {r['flags'] or '(quickstart)'} | {' + '.join(map(str, r['updates']))} | {cells} |\n")
+    text = head + "".join(rows)
+    chosen = table.get("test")
+    if chosen:
+        text += (f"\nChosen on valid: {chosen['candidate']} ({chosen['setting']}, valid BLEU "
+                 f"{chosen['valid_bleu']:.2f}); test BLEU {chosen['test_bleu']:.2f}.\n")
+    return text
+
+
+def run(job: RecipeJob) -> None:
+    names = [c.strip() for c in job.candidates.split(",") if c.strip()]
+    unknown = [c for c in names if c not in CANDIDATES]
+    if unknown or not names:
+        raise UsageError(f"--candidates {job.candidates}: unknown {', '.join(unknown) or '(none given)'}; "
+                         f"choose from {', '.join(CANDIDATES)}")
+    if not Path(job.data).is_dir():
+        raise UsageError(f"data-bin {job.data}: no such folder; run scripts/quickstart.sh first or give the folder")
+    lenpens = [p.strip() for p in job.lenpens.split(",") if p.strip()]
+    out = Path(job.out_dir)
+    settings = {"data": job.data, "minutes": job.minutes, "bf16": bool(precision_flags(job.precision)),
+                "lenpens": lenpens, "train_args": job.train_args}
+    table = Table(out / "results.json", settings)
+    for name in names:
+        if table.get(name) is None:
+            table.add(name, run_candidate(job, name))
+        else:
+            click.echo(f"== {name}: already in {table.path}, skipped")
+    if job.test and table.get("test") is None:
+        name, setting, score = best_setting(table, names)
+        kind, lenpen = setting.split("/lenpen ")
+        models = table.get(name)["updates"]  # type: ignore[index]
+        paths = [out / name / f"seed{k + 1}" / f"checkpoint_{'best' if kind == 'best' else 'avg'}.pt"
+                 for k in range(len(models))]
+        table.add("test", {"variant": "test", "seed": 1, "candidate": name, "setting": setting, "valid_bleu": score,
+                           "test_bleu": bleu(job, paths, job.test_subset, lenpen, out / name / "test")})
+    text = markdown(table, names, lenpens)
+    atomic_write_text(out / "table.md", text)
+    click.echo(f"\n{text}\nwritten to {out / 'table.md'} (figures and commands in {table.path})")
+
+
+main = config_command("recipes.py", RecipeJob, run, help=__doc__, arguments={"data": "data"})
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""examples/recipes.py on a toy task: candidates trained for a time budget, scored on valid (best checkpoint
+and the average of the last ones, per length penalty), an ensemble of two half-time models, the best setting
+on valid translated on the test split once, and a rerun that trains nothing."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.train_toy_data import make_toy_task
+
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "recipes.py"
+TINY = ("--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 --decoder-embed-dim 32 "
+        "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --num-threads 1 --log-format none "
+        "--max-tokens 256 --max-update 6 --save-interval-updates 2")
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("recipes", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["recipes"] = module  # dataclasses resolve string annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+def call(module, argv: list[str]) -> int:
+    try:
+        module.main([str(a) for a in argv])
+    except SystemExit as e:
+        return e.code or 0
+    return 0
+
+
+@pytest.mark.slow
+def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
+    module = load_script()
+    data = make_toy_task(tmp_path / "toy", n_train=120, n_valid=16)
+    out = tmp_path / "runs"
+    argv = [data, "--candidates", "ensemble", "--minutes", "5", "--lenpens", "0.6,1.0", "--test",
+            "--test-subset", "valid", "--precision", "fp32", "--out-dir", out, f"--train-args={TINY}"]
+    assert call(module, argv) == 0
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    assert set(runs) == {"ensemble", "test"} and runs["ensemble"]["updates"] == [6, 6]
+    first, second = runs["ensemble"]["train_commands"]  # 5 minutes: half of it each, seeds 1 and 2
+    assert "--stop-time-hours 0.0416667" in first and "--seed 1" in first and "--seed 2" in second
+    # 6 updates, a checkpoint every 2: the best checkpoints and the averages, each with 2 length penalties
+    scores = runs["ensemble"]["valid_bleu"]
+    assert set(scores) == {"best/lenpen 0.6", "best/lenpen 1.0", "average/lenpen 0.6", "average/lenpen 1.0"}
+    assert runs["test"]["valid_bleu"] == max(scores.values()) and runs["test"]["candidate"] == "ensemble"
+    assert runs["test"]["setting"] == max(scores, key=scores.get)
+    assert (out / runs["test"]["candidate"] / "test" / "generate-valid.txt").is_file()
+    table = (out / "table.md").read_text()
+    assert "| ensemble | (quickstart) | 6 + 6 |" in table and "Chosen on valid: ensemble" in table
+
+    capsys.readouterr()
+    assert call(module, argv) == 0  # the rerun trains and translates nothing
+    assert capsys.readouterr().out.count("skipped") == 1
+    assert json.loads((out / "results.json").read_text())["runs"] == runs
+
+
+def test_unknown_candidate_is_a_usage_error(tmp_path, capsys):
+    module = load_script()
+    assert call(module, [tmp_path, "--candidates", "quickstart,bigger"]) == 2
+    assert "bigger" in capsys.readouterr().err
