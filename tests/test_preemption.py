@@ -216,6 +216,32 @@ def test_a_signal_to_one_of_two_workers_stops_both_after_the_same_update(ref, tm
     assert "Traceback" not in err1 and not STOP_LINE.search(err1)
 
 
+def test_a_time_limit_reached_by_one_rank_stops_both_after_the_same_update(ref, tmp_path):
+    """Rank 1's clock reaches --stop-time-hours at once, rank 0's never does: both stop after update 1 and exit 0
+    (a rank that read only its own clock would stop alone and leave the other waiting in an all-reduce)."""
+    save_dir = tmp_path / "run"
+    address = f"tcp://127.0.0.1:{distributed.free_port()}"
+    logs = [tmp_path / f"rank{r}.stderr" for r in (0, 1)]
+    procs = []
+    for rank, (log, hours) in enumerate(zip(logs, ("100", "1e-9"))):
+        cmd = ref.command(save_dir, "--distributed-world-size", "2", "--distributed-rank", str(rank),
+                          "--distributed-init-method", address, "--ddp-timeout", "30", "--stop-time-hours", hours)
+        with open(log, "w") as err:
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env()))
+    try:
+        for p in procs:
+            p.wait(timeout=120)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    err0, err1 = (log.read_text() for log in logs)
+    assert [p.returncode for p in procs] == [0, 0], err0[-3000:] + err1[-3000:]
+    assert "done training: reached --stop-time-hours 100.0; 1 updates" in err0
+    assert load_checkpoint(save_dir / "checkpoint_last.pt")["training"]["num_updates"] == 1
+
+
 def test_ctrl_c_still_interrupts_at_once(ref, tmp_path):
     save_dir = tmp_path / "run"
     code, err = signal_at(ref.command(save_dir), save_dir, 2, signal.SIGINT)

@@ -75,11 +75,13 @@ class TrainingRun:
         self.trainer = Trainer(cfg, model, criterion, ctx)
         self.stop = stop or StopRequest()  # none given: this run is never asked to stop
         self.trainer.stop_requested = self.stop.requested
+        self.trainer.time_is_up = self._clock_says_stop
         self.bleu = ValidationBleu.create(cfg, self.data.src_dict, self.data.tgt_dict, ctx, self.log.info)
         self.train_itr = train_iterator(cfg, self.data, ctx)
         self.manager = CheckpointManager(cfg.checkpoint, config=cfg, writer=ctx.is_master, rank=ctx.rank,
                                          dictionaries={"source": self.data.src_dict, "target": self.data.tgt_dict})
         self.train_time = 0.0  # seconds of training before this process (restored on resume)
+        self.time_up = False  # --stop-time-hours reached: agreed by every rank (see _stop_reason)
         self.bad_validations = 0  # validations in a row without a better best metric
         self.last_good: Path | None = None  # the newest checkpoint this run wrote or resumed from
         self.last_written: list[Path] = []  # the files of the newest save (empty: it had nothing to write)
@@ -113,6 +115,8 @@ class TrainingRun:
         t.lr_scheduler.step_update(t.num_updates)
         extra = training.get("extra") or {}
         self.train_time = float(extra.get("train_time", 0.0))  # without it under --reset-meters
+        limit = self.cfg.optimization.stop_time_hours * 3600
+        self.time_up = 0 < limit <= self.train_time  # the same checkpoint, so the same answer on every rank
         self.bad_validations = int(extra.get("bad_validations", 0))
         meters = extra.get("meters")  # absent: an older checkpoint, or --reset-meters
         if meters and not self.train_itr.end_of_epoch():
@@ -203,11 +207,19 @@ class TrainingRun:
 
     # ------------------------------------------------------------------ the loop
 
+    def _clock_says_stop(self) -> bool:
+        """This rank's vote on --stop-time-hours, cast in every update's all-reduce (Trainer.time_is_up)."""
+        opt = self.cfg.optimization
+        return opt.stop_time_hours > 0 and self.elapsed() >= opt.stop_time_hours * 3600
+
     def _stop_reason(self) -> str | None:
+        """Why to stop now, decided alike on every rank: the update count is the same everywhere, and the time
+        limit counts once some rank's clock has voted for it in an update (a rank that read its own clock at
+        an epoch's end could stop while another waits for it in the next update's all-reduce)."""
         opt = self.cfg.optimization
         if opt.max_update > 0 and self.trainer.num_updates >= opt.max_update:
             return f"reached --max-update {opt.max_update}"
-        if opt.stop_time_hours > 0 and self.elapsed() >= opt.stop_time_hours * 3600:
+        if self.time_up:
             return f"reached --stop-time-hours {opt.stop_time_hours}"
         return None
 
@@ -252,6 +264,7 @@ class TrainingRun:
         tick = time.perf_counter()
         for samples in self.log.bar(chunks(batches, opt.update_freq), epoch, total, done):
             stats = t.train_step(samples)
+            self.time_up = self.time_up or stats["time_up"]
             if not stats["applied"]:
                 self.log.info(f"update {t.num_updates + 1}: fp16 gradient overflow, update skipped; "
                               f"loss scale now {t.precision.loss_scale:g}")

@@ -23,6 +23,7 @@ from nmt.training.optimizer import build_optimizer
 from nmt.training.precision import Precision, check_finite_loss
 
 _STOP = "stop_requests"  # rides with the update's figures: how many ranks were asked to stop
+_TIME_UP = "time_up"  # and how many ranks' clocks say --stop-time-hours is reached
 
 
 def move_to(sample: Any, device: torch.device) -> Any:
@@ -55,6 +56,7 @@ class Trainer:
         self.precision = Precision(cfg.precision, ctx.device, ctx.world_size, cfg.optimization.update_freq)
         self.num_updates = 0
         self.stop_requested: Callable[[], bool] = lambda: False  # read once per update, by every rank
+        self.time_is_up: Callable[[], bool] = lambda: False  # likewise; ranks' clocks differ, their vote does not
 
     # ------------------------------------------------------------------ training
 
@@ -63,8 +65,10 @@ class Trainer:
         the epoch iterator guarantees it).
 
         Returns the update's figures summed over batches and ranks, plus gnorm, clipped, lr,
-        loss_scale, ``applied`` (False when fp16 skipped an overflowing update) and ``stop_requested``
-        (some rank was asked to stop: every rank stops after this update)."""
+        loss_scale, ``applied`` (False when fp16 skipped an overflowing update), ``stop_requested``
+        (some rank was asked to stop: every rank stops after this update) and ``time_up`` (some rank's
+        clock reached the time limit: every rank stops after this update, so none waits in a collective
+        the others have left)."""
         self.model.train()
         self.criterion.train()
         scale = self.precision.loss_scale
@@ -77,9 +81,10 @@ class Trainer:
                 (loss * scale if scale != 1.0 else loss).backward()
             for k in sums:
                 sums[k] += float(log.get(k, 0.0))
-        totals = self._all_reduce_stats({**sums, _STOP: float(self.stop_requested())})
-        stop = totals.pop(_STOP) > 0
-        return {**self._step(totals), "stop_requested": stop}
+        totals = self._all_reduce_stats({**sums, _STOP: float(self.stop_requested()),
+                                         _TIME_UP: float(self.time_is_up())})
+        stop, time_up = totals.pop(_STOP) > 0, totals.pop(_TIME_UP) > 0
+        return {**self._step(totals), "stop_requested": stop, "time_up": time_up}
 
     def _all_reduce_stats(self, sums: dict[str, float]) -> dict[str, float]:
         """Sum the update's figures over the ranks (one small all-reduce)."""
