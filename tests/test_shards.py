@@ -245,6 +245,10 @@ def test_validate_generate_and_export_read_the_first_shard(shard_runs, tmp_path,
         assert plain.strip() and plain == whole
     run(export_main, [str(data), "--path", ckpt, "--output", str(tmp_path / "model")])
     assert (tmp_path / "model" / f"dict.{SRC}.txt").read_bytes() == (Path(first) / f"dict.{SRC}.txt").read_bytes()
+    # the card names the data it was trained on: every shard's training pairs (80), not the first's (40)
+    manifest = json.loads((tmp_path / "model" / "model.json").read_text())
+    assert manifest["training"]["data"] == "bin (2 shards)" and manifest["training"]["sentences"] == 80
+    assert "data-bin bin (2 shards), 80 sentence pairs" in (tmp_path / "model" / "README.md").read_text()
     import nmt
 
     model = nmt.load(ckpt, str(data), threads=1)

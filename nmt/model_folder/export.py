@@ -79,10 +79,29 @@ def _data_bin_files(data_dir: Path, src: str, tgt: str) -> tuple[dict[str, Any],
         files.append(name)
     kept = {key: value for key, value in meta.items() if key not in ("splits", "raw_text", "job_fingerprint")}
     kept.update(langs=langs, splits={}, dictionaries={k: v for k, v in meta["dictionaries"].items() if k in langs},
-                trained_on=data_dir.resolve().name, training_splits=meta["splits"])
+                training_splits=meta["splits"])
     if "codes" in pipeline["bpe"]:  # only the codes of the pair's languages, which are copied
         kept["pipeline"] = {**pipeline, "bpe": {**pipeline["bpe"], "codes": codes}}
     return kept, list(dict.fromkeys(files))
+
+
+def training_data(data: str | Path, src: str) -> tuple[str, int | None]:
+    """(the name of the data the model was trained on, its training sentence pairs) for the card: every shard
+    of a sharded DATA (``x/shard0:x/shard1`` is "x (2 shards)"), not only the first, whose dictionaries,
+    valid and test splits the folder takes."""
+    from nmt.data.data_shards import data_shards
+    from nmt.data.metadata import read_metadata
+
+    folders = [Path(s).resolve() for s in data_shards(data)]
+    counts: list[int | None] = [((read_metadata(f)["splits"].get("train") or {}).get(src) or {}).get("sentences")
+                                for f in folders]
+    total = None if any(c is None for c in counts) else sum(c or 0 for c in counts)
+    if len(folders) == 1:
+        return folders[0].name, total
+    parents = {f.parent for f in folders}
+    name = f"{folders[0].parent.name} ({len(folders)} shards)" if len(parents) == 1 else \
+        ":".join(f.name for f in folders)
+    return name, total
 
 
 def check_output(output: Path, force: bool) -> None:
@@ -145,6 +164,7 @@ def export_model_folder(paths: Sequence[str], data_dir: str | Path, output: str 
     check_output(output, force)  # before the slow part; checked again just before the folder is written
     found = read_scores(scores) if scores else None
     data = open_data_dir(str(data_dir), source_lang, target_lang)
+    trained_on, sentences = training_data(data_dir, data.src)
     data_dir = data.path  # the first shard of a sharded DATA
     state = _checkpoint_state(paths)
     check_dictionaries(state, paths[0], {"source": data.src_dict, "target": data.tgt_dict})
@@ -154,6 +174,7 @@ def export_model_folder(paths: Sequence[str], data_dir: str | Path, output: str 
                                      fix="use the checkpoint as nmt-train wrote it")
     stored, tied = _stored_tensors(model.state_dict(), bf16)
     metadata, files = _data_bin_files(data_dir, data.src, data.tgt)
+    metadata["trained_on"] = trained_on
     config = state.get("config") or {}
     training = state.get("training") or {}
     manifest: dict[str, Any] = {
@@ -171,10 +192,8 @@ def export_model_folder(paths: Sequence[str], data_dir: str | Path, output: str 
         "parameters": sum(p.numel() for p in model.parameters()),
         "weights": {"file": WEIGHTS, "dtype": "bfloat16" if bf16 else "float32", "tied": tied},
         "exported_from": [str(p) for p in paths],
-        "training": {"data": metadata["trained_on"], "epoch": training.get("epoch"),
-                     "num_updates": training.get("num_updates"),
-                     "sentences": ((metadata["training_splits"].get("train") or {}).get(data.src) or {})
-                     .get("sentences")},
+        "training": {"data": trained_on, "epoch": training.get("epoch"), "num_updates": training.get("num_updates"),
+                     "sentences": sentences},
         "scores": found,
     }
     from safetensors.torch import save_file
