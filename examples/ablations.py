@@ -392,15 +392,21 @@ def markdown(table: Table, names: list[str], gen_subset: str) -> str:
     return head + "".join(lines) + intro + "".join(claims)
 
 
-def plan(job: AblationJob) -> list[str]:
-    names = [v.strip() for v in job.variants.split(",") if v.strip()]
-    unknown = [v for v in names if v not in VARIANTS]
+def chosen(option: str, given: str, known: dict[str, Any], data: str) -> list[str]:
+    """The comma-separated names of ``option``, each one of ``known``; the data-bin must exist."""
+    names = [v.strip() for v in given.split(",") if v.strip()]
+    unknown = [v for v in names if v not in known]
     if unknown or not names:
-        raise UsageError(f"--variants {job.variants}: unknown {', '.join(unknown) or '(none given)'}; "
-                         f"choose from {', '.join(VARIANTS)}")
-    if not Path(job.data).is_dir():
-        raise UsageError(f"data-bin {job.data}: no such folder; run scripts/quickstart.sh first (it writes "
+        raise UsageError(f"{option} {given}: unknown {', '.join(unknown) or '(none given)'}; "
+                         f"choose from {', '.join(known)}")
+    if not Path(data).is_dir():
+        raise UsageError(f"data-bin {data}: no such folder; run scripts/quickstart.sh first (it writes "
                          "data-bin/multi30k_en_de) or give the folder")
+    return names
+
+
+def plan(job: AblationJob) -> list[str]:
+    names = chosen("--variants", job.variants, VARIANTS, job.data)
     return ["base"] + [n for n in names if n != "base"]
 
 

@@ -28,11 +28,11 @@ from typing import Any, Optional
 import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/ablations.py, run as a script or loaded
-from ablations import BASE_FLAGS, Table, call, precision_flags, tool  # noqa: E402
+from ablations import BASE_FLAGS, Table, call, chosen, precision_flags, tool  # noqa: E402
 
 from nmt.cli.common import config_command  # noqa: E402
 from nmt.config.fields import opt  # noqa: E402
-from nmt.errors import NmtError, UsageError  # noqa: E402
+from nmt.errors import NmtError  # noqa: E402
 from nmt.fileio import atomic_write_text  # noqa: E402
 
 KEEP = 5  # interval checkpoints kept, and averaged
@@ -158,13 +158,7 @@ def markdown(table: Table, names: list[str], lenpens: list[str]) -> str:
 
 
 def run(job: RecipeJob) -> None:
-    names = [c.strip() for c in job.candidates.split(",") if c.strip()]
-    unknown = [c for c in names if c not in CANDIDATES]
-    if unknown or not names:
-        raise UsageError(f"--candidates {job.candidates}: unknown {', '.join(unknown) or '(none given)'}; "
-                         f"choose from {', '.join(CANDIDATES)}")
-    if not Path(job.data).is_dir():
-        raise UsageError(f"data-bin {job.data}: no such folder; run scripts/quickstart.sh first or give the folder")
+    names = chosen("--candidates", job.candidates, CANDIDATES, job.data)
     lenpens = [p.strip() for p in job.lenpens.split(",") if p.strip()]
     out = Path(job.out_dir)
     settings = {"data": job.data, "minutes": job.minutes, "bf16": bool(precision_flags(job.precision)),

@@ -3,39 +3,20 @@ finishes, a rerun trains nothing), and the table's comparison with the base and 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.example_scripts import call, load_script
 from tests.train_toy_data import make_toy_task
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "ablations.py"
 TINY = ("--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 --decoder-embed-dim 32 "
         "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --num-threads 1 --log-format none")
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("ablations", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["ablations"] = module  # dataclasses resolve string annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-def call(module, argv: list[str]) -> int:
-    try:
-        module.main([str(a) for a in argv])
-    except SystemExit as e:
-        return e.code or 0
-    return 0
-
-
 @pytest.mark.slow
 def test_base_seeds_a_variant_table_and_rerun_skips(tmp_path, capsys):
-    module = load_script()
+    module = load_script("ablations")
     data = make_toy_task(tmp_path / "toy", n_train=120, n_valid=16)
     out = tmp_path / "runs"
     argv = [data, "--variants", "learned_positions", "--max-update", "5", "--warmup-updates", "2",
@@ -81,7 +62,7 @@ def table_of(module, tmp_path, records: list[dict]):
 
 
 def test_comparison_uses_the_base_seed_spread(tmp_path):
-    module = load_script()
+    module = load_script("ablations")
     base = [record("base", 1, 10.0, 35.0), record("base", 2, 10.4, 35.6)]  # spread: ppl 0.4, BLEU 0.6
     table = table_of(module, tmp_path, [*base, record("heads_1", 1, 11.0, 34.0), record("heads_16", 1, 10.1, 35.5),
                                         record("learned_positions", 1, 10.3, 35.2)])
@@ -97,7 +78,7 @@ def test_comparison_uses_the_base_seed_spread(tmp_path):
 
 
 def test_label_smoothing_claim_needs_better_ppl_and_worse_bleu(tmp_path):
-    module = load_script()
+    module = load_script("ablations")
     base = [record("base", 1, 10.0, 35.0), record("base", 2, 10.2, 35.2)]
     holds = table_of(module, tmp_path / "a", [*base, record("ls_0", 1, 8.0, 34.0)])
     fails = table_of(module, tmp_path / "b", [*base, record("ls_0", 1, 8.0, 36.0)])
@@ -107,13 +88,13 @@ def test_label_smoothing_claim_needs_better_ppl_and_worse_bleu(tmp_path):
 
 
 def test_every_variant_is_checked_by_its_row(tmp_path):
-    module = load_script()
+    module = load_script("ablations")
     rows = {v.row for v in module.VARIANTS.values()}
     assert {"A", "B", "C", "D", "E"} <= rows
     assert all(v.flags or name == "base" for name, v in module.VARIANTS.items())
 
 
 def test_unknown_variant_is_a_usage_error(tmp_path, capsys):
-    module = load_script()
+    module = load_script("ablations")
     assert call(module, [tmp_path, "--variants", "base,heads_3"]) == 2
     assert "heads_3" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 import torch.nn.functional as F
-from test_model_transformer import PAD, FakeDict, decode_stepwise, tokens
+from test_model_transformer import PAD, FakeDict, assert_reordered_cache_continues, decode_stepwise, tokens
 
 from nmt.checkpoint.errors import CheckpointError
 from nmt.checkpoint.model_fit import build_model_from_weights
@@ -22,7 +22,6 @@ from nmt.errors import ConfigError
 from nmt.interop.ctranslate2_export import check_exportable
 from nmt.models import build_model
 from nmt.models.attention import AttentionBase
-from nmt.models.incremental_state import new_incremental_state
 from nmt.plugin_loader import load_plugins
 from nmt.registry import ATTENTION, register_attention
 
@@ -135,20 +134,7 @@ def test_incremental_decoding_equals_full_pass(attention):
 
 
 def test_reordered_cache_continues_like_the_reordered_batch():
-    model = tiny().eval().double()
-    src, prev = tokens(3, 6, 24, 10), tokens(3, 5, 32, 11)
-    order = torch.tensor([2, 2, 0])
-    with torch.no_grad():
-        enc = model.encoder(src)
-        state = new_incremental_state()
-        for t in range(3):
-            model.decoder(prev[:, : t + 1], enc, incremental_state=state)
-        model.reorder_incremental_state(state, order)
-        enc = model.reorder_encoder_out(enc, order)
-        reordered = prev.index_select(0, order)
-        steps = [model.decoder(reordered[:, : t + 1], enc, incremental_state=state) for t in range(3, 5)]
-        full = model(src.index_select(0, order), None, reordered)
-    assert torch.allclose(torch.cat(steps, 1), full[:, 3:], atol=1e-10)
+    assert_reordered_cache_continues(tiny().eval().double())
 
 
 def test_beam_search_scores_equal_the_full_pass():

@@ -184,18 +184,26 @@ def test_sigusr1_and_sigterm_to_every_process_with_accumulation_and_a_loader_wor
     assert training["end_of_epoch"] or training["iterator"]["offset"] == 2 * (update - before)
 
 
+def start_two_ranks(ref: Reference, save_dir: Path, logs_dir: Path, extra: list[tuple[str, ...]]
+                    ) -> tuple[list[subprocess.Popen], list[Path]]:
+    """Rank 0 and rank 1 of one gloo run as separate nmt-train processes (``extra``: each rank's own flags);
+    their stderr goes to logs_dir/rank0.stderr and rank1.stderr."""
+    address = f"tcp://127.0.0.1:{distributed.free_port()}"
+    logs = [logs_dir / f"rank{r}.stderr" for r in (0, 1)]
+    procs = []
+    for rank, (log, flags) in enumerate(zip(logs, extra)):
+        cmd = ref.command(save_dir, "--distributed-world-size", "2", "--distributed-rank", str(rank),
+                          "--distributed-init-method", address, "--ddp-timeout", "30", *flags)
+        with open(log, "w") as err:
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env()))
+    return procs, logs
+
+
 def test_a_signal_to_one_of_two_workers_stops_both_after_the_same_update(ref, tmp_path):
     """Two gloo ranks as separate processes; only rank 1 gets SIGTERM. Both exit 0 (a rank that stopped
     alone would leave the other failing in a collective after --ddp-timeout); rank 0 saves and says so."""
     save_dir = tmp_path / "run"
-    address = f"tcp://127.0.0.1:{distributed.free_port()}"
-    logs = [tmp_path / f"rank{r}.stderr" for r in (0, 1)]
-    procs = []
-    for rank, log in enumerate(logs):
-        cmd = ref.command(save_dir, "--distributed-world-size", "2", "--distributed-rank", str(rank),
-                          "--distributed-init-method", address, "--ddp-timeout", "30")
-        with open(log, "w") as err:
-            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env()))
+    procs, logs = start_two_ranks(ref, save_dir, tmp_path, [(), ()])
     try:
         deadline = time.monotonic() + 240
         while logged_update(save_dir) < 2:
@@ -220,14 +228,7 @@ def test_a_time_limit_reached_by_one_rank_stops_both_after_the_same_update(ref, 
     """Rank 1's clock reaches --stop-time-hours at once, rank 0's never does: both stop after update 1 and exit 0
     (a rank that read only its own clock would stop alone and leave the other waiting in an all-reduce)."""
     save_dir = tmp_path / "run"
-    address = f"tcp://127.0.0.1:{distributed.free_port()}"
-    logs = [tmp_path / f"rank{r}.stderr" for r in (0, 1)]
-    procs = []
-    for rank, (log, hours) in enumerate(zip(logs, ("100", "1e-9"))):
-        cmd = ref.command(save_dir, "--distributed-world-size", "2", "--distributed-rank", str(rank),
-                          "--distributed-init-method", address, "--ddp-timeout", "30", "--stop-time-hours", hours)
-        with open(log, "w") as err:
-            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env()))
+    procs, logs = start_two_ranks(ref, save_dir, tmp_path, [("--stop-time-hours", "100"), ("--stop-time-hours", "1e-9")])
     try:
         for p in procs:
             p.wait(timeout=120)

@@ -4,40 +4,21 @@ on valid translated on the test split once, and a rerun that trains nothing."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.example_scripts import call, load_script
 from tests.train_toy_data import make_toy_task
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "recipes.py"
 TINY = ("--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 --decoder-embed-dim 32 "
         "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --num-threads 1 --log-format none "
         "--max-tokens 256 --max-update 6 --save-interval-updates 2")
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("recipes", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["recipes"] = module  # dataclasses resolve string annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-def call(module, argv: list[str]) -> int:
-    try:
-        module.main([str(a) for a in argv])
-    except SystemExit as e:
-        return e.code or 0
-    return 0
-
-
 @pytest.mark.slow
 def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
-    module = load_script()
+    module = load_script("recipes")
     data = make_toy_task(tmp_path / "toy", n_train=120, n_valid=16)
     out = tmp_path / "runs"
     argv = [data, "--candidates", "ensemble", "--minutes", "5", "--lenpens", "0.6,1.0", "--test",
@@ -63,6 +44,6 @@ def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
 
 
 def test_unknown_candidate_is_a_usage_error(tmp_path, capsys):
-    module = load_script()
+    module = load_script("recipes")
     assert call(module, [tmp_path, "--candidates", "quickstart,bigger"]) == 2
     assert "bigger" in capsys.readouterr().err

@@ -1,0 +1,29 @@
+"""Loading the scripts of examples/ in a test, and calling their click entry point as the shell would."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def load_script(name: str) -> ModuleType:
+    """examples/NAME.py as a module (registered in sys.modules: dataclasses resolve annotations through it)."""
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def call(module: ModuleType, argv: list) -> int:
+    """Run the script's ``main`` with ``argv``; its exit code."""
+    try:
+        module.main([str(a) for a in argv])
+    except SystemExit as e:
+        return e.code or 0
+    return 0
