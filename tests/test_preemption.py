@@ -8,6 +8,7 @@ checkpoint write. Two gloo workers show that a signal to one rank stops both aft
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -184,10 +186,11 @@ def test_sigusr1_and_sigterm_to_every_process_with_accumulation_and_a_loader_wor
     assert training["end_of_epoch"] or training["iterator"]["offset"] == 2 * (update - before)
 
 
-def start_two_ranks(ref: Reference, save_dir: Path, logs_dir: Path, extra: list[tuple[str, ...]]
-                    ) -> tuple[list[subprocess.Popen], list[Path]]:
+@contextlib.contextmanager
+def two_ranks(ref: Reference, save_dir: Path, logs_dir: Path, extra: list[tuple[str, ...]]
+              ) -> Iterator[tuple[list[subprocess.Popen], list[Path]]]:
     """Rank 0 and rank 1 of one gloo run as separate nmt-train processes (``extra``: each rank's own flags);
-    their stderr goes to logs_dir/rank0.stderr and rank1.stderr."""
+    their stderr goes to logs_dir/rank0.stderr and rank1.stderr. Whatever still runs at the end is killed."""
     address = f"tcp://127.0.0.1:{distributed.free_port()}"
     logs = [logs_dir / f"rank{r}.stderr" for r in (0, 1)]
     procs = []
@@ -196,15 +199,20 @@ def start_two_ranks(ref: Reference, save_dir: Path, logs_dir: Path, extra: list[
                           "--distributed-init-method", address, "--ddp-timeout", "30", *flags)
         with open(log, "w") as err:
             procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env()))
-    return procs, logs
+    try:
+        yield procs, logs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def test_a_signal_to_one_of_two_workers_stops_both_after_the_same_update(ref, tmp_path):
     """Two gloo ranks as separate processes; only rank 1 gets SIGTERM. Both exit 0 (a rank that stopped
     alone would leave the other failing in a collective after --ddp-timeout); rank 0 saves and says so."""
     save_dir = tmp_path / "run"
-    procs, logs = start_two_ranks(ref, save_dir, tmp_path, [(), ()])
-    try:
+    with two_ranks(ref, save_dir, tmp_path, [(), ()]) as (procs, logs):
         deadline = time.monotonic() + 240
         while logged_update(save_dir) < 2:
             assert all(p.poll() is None for p in procs), logs[0].read_text()[-3000:] + logs[1].read_text()[-3000:]
@@ -213,11 +221,6 @@ def test_a_signal_to_one_of_two_workers_stops_both_after_the_same_update(ref, tm
         procs[1].send_signal(signal.SIGTERM)
         for p in procs:
             p.wait(timeout=120)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
     err0, err1 = (log.read_text() for log in logs)
     assert procs[1].returncode == 0, err1[-3000:]
     assert check_stopped(save_dir, procs[0].returncode, err0, "a preemption signal sent to another rank") >= 2
@@ -228,15 +231,9 @@ def test_a_time_limit_reached_by_one_rank_stops_both_after_the_same_update(ref, 
     """Rank 1's clock reaches --stop-time-hours at once, rank 0's never does: both stop after update 1 and exit 0
     (a rank that read only its own clock would stop alone and leave the other waiting in an all-reduce)."""
     save_dir = tmp_path / "run"
-    procs, logs = start_two_ranks(ref, save_dir, tmp_path, [("--stop-time-hours", "100"), ("--stop-time-hours", "1e-9")])
-    try:
+    with two_ranks(ref, save_dir, tmp_path, [("--stop-time-hours", "100"), ("--stop-time-hours", "1e-9")]) as (procs, logs):
         for p in procs:
             p.wait(timeout=120)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
     err0, err1 = (log.read_text() for log in logs)
     assert [p.returncode for p in procs] == [0, 0], err0[-3000:] + err1[-3000:]
     assert "done training: reached --stop-time-hours 100.0; 1 updates" in err0
