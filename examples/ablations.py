@@ -275,11 +275,7 @@ class Table:
 def within_noise(table: Table, name: str) -> bool:
     """Whether ``name``'s first-seed figures differ from the base's mean by no more than the base's spread
     in dev perplexity or in BLEU (so a second seed is needed to tell them apart)."""
-    for metric in ("dev_ppl", "test_bleu"):
-        base, this = table.figures("base", metric), table.figures(name, metric)
-        if base is not None and this is not None and abs(this.mean - base.mean) <= base.spread:
-            return True
-    return False
+    return "level" in compare(table, name).values()
 
 
 def compare(table: Table, name: str) -> dict[str, str]:

@@ -101,28 +101,27 @@ def bleu(job: RecipeJob, paths: list[Path], subset: str, lenpen: str, results: P
     return float(found.group(1))
 
 
-def run_candidate(job: RecipeJob, name: str) -> dict[str, Any]:
-    """Train candidate ``name`` and score its checkpoints on valid; returns its record."""
+def run_candidate(job: RecipeJob, name: str, lenpens: list[str]) -> dict[str, Any]:
+    """Train candidate ``name`` and score its checkpoints on valid with each length penalty; returns its record
+    (with the checkpoints each setting decoded, for --test)."""
     out = Path(job.out_dir) / name
     models = [(1, job.minutes / 2), (2, job.minutes / 2)] if name == "ensemble" else [(1, job.minutes)]
     commands: list[str] = []
     checkpoints: dict[str, list[Path]] = {}
     for seed, minutes in models:
         save = out / f"seed{seed}"
-        commands.append(" ".join(train(job, name, seed, minutes, save)[1:]))
+        commands.append(shlex.join(["nmt-train", *train(job, name, seed, minutes, save)[1:]]))
         checkpoints.setdefault("best", []).append(save / "checkpoint_best.pt")
         averaged = average(save)
         if averaged is not None:
             checkpoints.setdefault("average", []).append(averaged)
-    scores = {}
-    for kind, paths in checkpoints.items():
-        if len(paths) != len(models):
-            continue
-        for lenpen in job.lenpens.split(","):
-            scores[f"{kind}/lenpen {lenpen}"] = bleu(job, paths, "valid", lenpen, out / f"valid-{kind}-{lenpen}")
+    scored = {kind: paths for kind, paths in checkpoints.items() if len(paths) == len(models)}
+    scores = {f"{kind}/lenpen {lenpen}": bleu(job, paths, "valid", lenpen, out / f"valid-{kind}-{lenpen}")
+              for kind, paths in scored.items() for lenpen in lenpens}
     updates = [_updates(out / f"seed{seed}") for seed, _ in models]
     return {"variant": name, "seed": 1, "flags": " ".join(CANDIDATES[name]), "updates": updates,
-            "valid_bleu": scores, "train_commands": commands}
+            "valid_bleu": scores, "checkpoints": {kind: [str(p) for p in paths] for kind, paths in scored.items()},
+            "train_commands": commands}
 
 
 def _updates(save: Path) -> int:
@@ -166,15 +165,13 @@ def run(job: RecipeJob) -> None:
     table = Table(out / "results.json", settings)
     for name in names:
         if table.get(name) is None:
-            table.add(name, run_candidate(job, name))
+            table.add(name, run_candidate(job, name, lenpens))
         else:
             click.echo(f"== {name}: already in {table.path}, skipped")
     if job.test and table.get("test") is None:
         name, setting, score = best_setting(table, names)
         kind, lenpen = setting.split("/lenpen ")
-        models = table.get(name)["updates"]  # type: ignore[index]
-        paths = [out / name / f"seed{k + 1}" / f"checkpoint_{'best' if kind == 'best' else 'avg'}.pt"
-                 for k in range(len(models))]
+        paths = [Path(p) for p in table.get(name)["checkpoints"][kind]]  # type: ignore[index]
         table.add("test", {"variant": "test", "seed": 1, "candidate": name, "setting": setting, "valid_bleu": score,
                            "test_bleu": bleu(job, paths, job.test_subset, lenpen, out / name / "test")})
     text = markdown(table, names, lenpens)

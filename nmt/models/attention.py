@@ -133,8 +133,7 @@ class AttentionBase(nn.Module):
             if proj is None:
                 continue
             gain = 1.0 if name == "out_proj" else 2 ** -0.5
-            rows = self.embed_dim if self.key_dim == self.head_dim else self._block_rows(name)
-            for block in proj.weight.data.split(rows, dim=0):
+            for block in proj.weight.data.split(self._block_rows(name), dim=0):
                 nn.init.xavier_uniform_(block, gain=gain)
             if name == "out_proj":
                 nn.init.zeros_(proj.bias)
