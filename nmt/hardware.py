@@ -1,10 +1,17 @@
-"""What this machine computes fast: bf16 is only worth choosing where the hardware multiplies it natively.
-On a CPU without AVX512-BF16 or AMX, torch emulates bf16 products and they run slower than fp32 (4-6x for
-decoding, over 10x for training on a 2-core EPYC without them, docs/mixed-precision.md)."""
+"""What this machine computes with: the cores a process may use, and whether bf16 is worth choosing (only where
+the hardware multiplies it natively: on a CPU without AVX512-BF16 or AMX, torch emulates bf16 products and they
+run slower than fp32, 4-6x for decoding and over 10x for training on a 2-core EPYC, docs/mixed-precision.md)."""
 
 from __future__ import annotations
 
+import os
+
 import torch
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one, else all of them)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def native_bf16(device: str = "cpu") -> bool:

@@ -4,6 +4,7 @@ finishes, a rerun trains nothing), and the table's comparison with the base and 
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -21,8 +22,10 @@ def test_base_seeds_a_variant_table_and_rerun_skips(tmp_path, capsys):
     out = tmp_path / "runs"
     argv = [data, "--variants", "learned_positions", "--max-update", "5", "--warmup-updates", "2",
             "--max-tokens", "256", "--gen-subset", "valid", "--precision", "fp32", "--out-dir", out,
-            f"--train-args={TINY}"]
+            f"--train-args={TINY}", "--jobs", "2"]
     assert call(module, argv) == 0
+    shown = capsys.readouterr().out
+    assert f"[base/seed2] $ {module.tool('nmt-train')}" in shown  # two runs at once: each line says whose it is
     saved = json.loads((out / "results.json").read_text())
     runs = saved["runs"]
     assert saved["settings"]["max_update"] == 5 and saved["settings"]["bf16"] is False
@@ -38,7 +41,7 @@ def test_base_seeds_a_variant_table_and_rerun_skips(tmp_path, capsys):
     table = (out / "table.md").read_text()
     assert "| base |" in table and "| learned_positions |" in table and "| E | learned_positions |" in table
     assert "positional embedding: 4.92 / 25.7" in table  # the paper's figures beside the row
-    assert table in capsys.readouterr().out
+    assert table in shown and "--num-threads 1" in runs["base/seed1"]["train_command"]
 
     assert call(module, argv) == 0  # the rerun trains nothing
     assert capsys.readouterr().out.count("skipped") == len(runs)
@@ -47,6 +50,47 @@ def test_base_seeds_a_variant_table_and_rerun_skips(tmp_path, capsys):
     # other settings into the same folder: refused, nothing changed
     assert call(module, [*argv[:4], "6", *argv[5:]]) == 2
     assert "other settings" in capsys.readouterr().err
+
+
+def fake_runs(module, monkeypatch, ppl: dict[str, float], fails: str = "") -> list[str]:
+    """Replace training by records of the given dev perplexities (BLEU far from the base's); the order runs
+    started in."""
+    started, failed = [], threading.Event()
+
+    def run_once(job, name, seed):
+        started.append(f"{name}/seed{seed}")
+        if name == fails:
+            failed.set()
+            raise module.NmtError(f"nmt-train failed for {name}")
+        if fails and name != "base":
+            failed.wait(10)  # finish after the failure, so the test does not depend on which thread runs first
+        return record(name, seed, ppl[name] + (0.2 if name == "base" and seed == 2 else 0.0), 20.0 + len(started))
+
+    monkeypatch.setattr(module, "run_once", run_once)
+    return started
+
+
+def test_second_seeds_follow_a_complete_base_with_two_jobs(tmp_path, monkeypatch):
+    module = load_script("ablations")
+    started = fake_runs(module, monkeypatch, {"base": 5.0, "heads_1": 5.1, "heads_8": 6.0})
+    argv = [tmp_path, "--variants", "heads_1,heads_8", "--jobs", "2", "--out-dir", tmp_path / "runs"]
+    assert call(module, argv) == 0
+    # base 5.0 / 5.2: heads_1 (5.1) is within its spread, heads_8 (6.0) is not
+    assert started[:2] == ["base/seed1", "base/seed2"] and started[-1] == "heads_1/seed2"
+    assert sorted(started[2:4]) == ["heads_1/seed1", "heads_8/seed1"] and len(started) == 5
+    runs = json.loads((tmp_path / "runs" / "results.json").read_text())["runs"]
+    assert set(runs) == set(started)
+
+
+def test_a_failed_run_keeps_the_others_and_starts_no_new_one(tmp_path, monkeypatch, capsys):
+    module = load_script("ablations")
+    started = fake_runs(module, monkeypatch, {"base": 5.0, "heads_1": 5.1, "heads_8": 5.1}, fails="heads_1")
+    argv = [tmp_path, "--variants", "heads_1,heads_8", "--jobs", "2", "--out-dir", tmp_path / "runs"]
+    assert call(module, argv) == 1
+    assert "nmt-train failed for heads_1" in capsys.readouterr().err
+    runs = json.loads((tmp_path / "runs" / "results.json").read_text())["runs"]
+    assert set(runs) == {"base/seed1", "base/seed2", "heads_8/seed1"}  # heads_8's second seed is not started
+    assert "heads_8/seed2" not in started
 
 
 def record(name: str, seed: int, ppl: float, bleu: float) -> dict:
