@@ -189,10 +189,10 @@ def precision_flags(precision: str) -> list[str]:
     return ["--bf16"] if precision == "bf16" or (precision == "auto" and native_bf16()) else []
 
 
-def thread_flags(job: AblationJob, option: str) -> list[str]:
-    """``option`` (nmt-train's --num-threads, nmt-generate's --threads) giving each of --jobs runs its share of
-    the cores; nothing for one run at a time (the tools' own default uses them all)."""
-    return [] if job.jobs == 1 else [option, str(max(1, usable_cores() // job.jobs))]
+def thread_flags(option: str, share: int) -> list[str]:
+    """``option`` (nmt-train's --num-threads, nmt-generate's --threads) giving one of ``share`` processes that run
+    at once its part of the cores; nothing for a process alone (the tools' own default uses them all)."""
+    return [] if share == 1 else [option, str(max(1, usable_cores() // share))]
 
 
 def run_dir(job: AblationJob, name: str, seed: int) -> Path:
@@ -203,7 +203,7 @@ def train_command(job: AblationJob, name: str, seed: int) -> list[str]:
     return [tool("nmt-train"), job.data, *BASE_FLAGS, *VARIANTS[name].flags, *precision_flags(job.precision),
             "--seed", str(seed), "--max-update", str(job.max_update), "--patience", str(job.patience),
             "--warmup-updates", str(job.warmup_updates), "--max-tokens", str(job.max_tokens),
-            "--save-dir", str(run_dir(job, name, seed)), *thread_flags(job, "--num-threads"),
+            "--save-dir", str(run_dir(job, name, seed)), *thread_flags("--num-threads", job.jobs),
             *shlex.split(job.train_args)]
 
 
@@ -211,7 +211,7 @@ def generate_command(job: AblationJob, name: str, seed: int) -> list[str]:
     save = run_dir(job, name, seed)
     return [tool("nmt-generate"), job.data, "--path", str(save / "checkpoint_best.pt"), "--beam", "5",
             "--gen-subset", job.gen_subset, "--max-len-a", "2", "--max-len-b", "10",  # as the quickstart
-            "--max-tokens", str(job.max_tokens), *precision_flags(job.precision), *thread_flags(job, "--threads"),
+            "--max-tokens", str(job.max_tokens), *precision_flags(job.precision), *thread_flags("--threads", job.jobs),
             "--quiet",
             "--results-path", str(save / job.gen_subset)]
 

@@ -5,7 +5,9 @@ Every candidate is the quickstart's recipe (examples/ablations.py BASE_FLAGS, wa
 saving a checkpoint every 50 updates (the last 5 kept), and is scored on the valid split with beam 5:
 checkpoint_best.pt and the average of the last 5 interval checkpoints, each with every --lenpens length
 penalty. The `ensemble` candidate trains two models for half the time each (seeds 1 and 2) and decodes
-them together, against one model trained for the whole time. With --test, the best (candidate, checkpoint,
+them together, against one model trained for the whole time; `ensemble_side_by_side` trains the two at the
+same time, each for the whole time on half the cores (the same budget of cores x time: a small model uses
+two cores poorly, so each gets more than half the updates of a model trained alone). With --test, the best (candidate, checkpoint,
 length penalty) on valid is translated on the test split once, and only that one.
 
 Runs are kept in OUT_DIR/results.json as they finish; a rerun skips them and an interrupted training
@@ -21,6 +23,7 @@ from __future__ import annotations
 import re
 import shlex
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -28,7 +31,7 @@ from typing import Any, Optional
 import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/ablations.py, run as a script or loaded
-from ablations import BASE_FLAGS, Table, call, chosen, precision_flags, tool  # noqa: E402
+from ablations import BASE_FLAGS, Table, call, chosen, precision_flags, thread_flags, tool  # noqa: E402
 
 from nmt.cli.common import config_command  # noqa: E402
 from nmt.config.fields import opt  # noqa: E402
@@ -36,10 +39,11 @@ from nmt.errors import NmtError  # noqa: E402
 from nmt.fileio import atomic_write_text  # noqa: E402
 
 KEEP = 5  # interval checkpoints kept, and averaged
-# name -> the flags that change the quickstart's recipe ("ensemble": two models of half the time each)
+# name -> the flags that change the quickstart's recipe (the ensembles: two models, see ENSEMBLES)
 CANDIDATES: dict[str, tuple[str, ...]] = {
     "quickstart": (),
     "ensemble": (),
+    "ensemble_side_by_side": (),
     "lr_2e-3": ("--lr", "2e-3"),
     "warmup_250": ("--warmup-updates", "250"),
     "pre_norm_lr_2e-3": ("--encoder-normalize-before", "--decoder-normalize-before", "--lr", "2e-3"),
@@ -58,7 +62,7 @@ class RecipeJob:
     data: str = opt("data-bin/multi30k_en_de", "The data-bin folder (the quickstart writes this one).", cli=False)
     candidates: str = opt(",".join(CANDIDATES), "Comma-separated candidates, in this order. Known: "
                           + ", ".join(CANDIDATES) + ".")
-    minutes: float = opt(30.0, "Training time per candidate, in minutes (the ensemble's two models share it).",
+    minutes: float = opt(30.0, "Training time per candidate, in minutes (the ensembles' two models share it).",
                          low=0, low_open=True)
     lenpens: str = opt("1.0", "Comma-separated length penalties each checkpoint is scored with on valid.")
     precision: str = opt("auto", "Training and decoding precision: auto is bf16 where this machine multiplies bf16 "
@@ -69,13 +73,18 @@ class RecipeJob:
     train_args: str = opt("", "Extra nmt-train flags for every candidate, one shell-quoted string; they come last.")
 
 
-def train(job: RecipeJob, name: str, seed: int, minutes: float, save: Path) -> list[str]:
-    """Train one model of candidate ``name`` into ``save``; returns the command."""
+# the ensembles: (the share of the time each of the two models trains, whether they train at the same time)
+ENSEMBLES: dict[str, tuple[float, bool]] = {"ensemble": (0.5, False), "ensemble_side_by_side": (1.0, True)}
+
+
+def train(job: RecipeJob, name: str, seed: int, minutes: float, save: Path, share: int) -> list[str]:
+    """Train one model of candidate ``name`` into ``save``, on 1/``share`` of the cores; returns the command."""
     argv = [tool("nmt-train"), job.data, *BASE_FLAGS, "--warmup-updates", "500", "--max-tokens", "4096",
             *CANDIDATES[name], *precision_flags(job.precision), "--seed", str(seed),
             "--stop-time-hours", f"{minutes / 60:.6g}", "--save-interval-updates", "50",
-            "--keep-interval-updates", str(KEEP), "--save-dir", str(save), *shlex.split(job.train_args)]
-    call(argv)
+            "--keep-interval-updates", str(KEEP), "--save-dir", str(save), *thread_flags("--num-threads", share),
+            *shlex.split(job.train_args)]
+    call(argv, f"[seed{seed}] " if share > 1 else "")
     return argv
 
 
@@ -105,12 +114,15 @@ def run_candidate(job: RecipeJob, name: str, lenpens: list[str]) -> dict[str, An
     """Train candidate ``name`` and score its checkpoints on valid with each length penalty; returns its record
     (with the checkpoints each setting decoded, for --test)."""
     out = Path(job.out_dir) / name
-    models = [(1, job.minutes / 2), (2, job.minutes / 2)] if name == "ensemble" else [(1, job.minutes)]
-    commands: list[str] = []
+    part, together = ENSEMBLES.get(name, (1.0, False))
+    models = [(seed, job.minutes * part) for seed in ((1, 2) if name in ENSEMBLES else (1,))]
+    share = len(models) if together else 1
+    with ThreadPoolExecutor(max_workers=share) as pool:  # one worker: one model after the other
+        argvs = list(pool.map(lambda m: train(job, name, m[0], m[1], out / f"seed{m[0]}", share), models))
+    commands = [shlex.join(["nmt-train", *argv[1:]]) for argv in argvs]
     checkpoints: dict[str, list[Path]] = {}
-    for seed, minutes in models:
+    for seed, _ in models:
         save = out / f"seed{seed}"
-        commands.append(shlex.join(["nmt-train", *train(job, name, seed, minutes, save)[1:]]))
         checkpoints.setdefault("best", []).append(save / "checkpoint_best.pt")
         averaged = average(save)
         if averaged is not None:

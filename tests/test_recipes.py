@@ -1,5 +1,6 @@
 """examples/recipes.py on a toy task: candidates trained for a time budget, scored on valid (best checkpoint
-and the average of the last ones, per length penalty), an ensemble of two half-time models, the best setting
+and the average of the last ones, per length penalty), ensembles of two models (half the time each, or
+side by side on half the cores), the best setting
 on valid translated on the test split once, and a rerun that trains nothing."""
 
 from __future__ import annotations
@@ -21,25 +22,32 @@ def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
     module = load_script("recipes")
     data = make_toy_task(tmp_path / "toy", n_train=120, n_valid=16)
     out = tmp_path / "runs"
-    argv = [data, "--candidates", "ensemble", "--minutes", "5", "--lenpens", "0.6,1.0", "--test",
+    argv = [data, "--candidates", "ensemble,ensemble_side_by_side", "--minutes", "5", "--lenpens", "0.6,1.0", "--test",
             "--test-subset", "valid", "--precision", "fp32", "--out-dir", out, f"--train-args={TINY}"]
     assert call(module, argv) == 0
     runs = json.loads((out / "results.json").read_text())["runs"]
-    assert set(runs) == {"ensemble", "test"} and runs["ensemble"]["updates"] == [6, 6]
+    assert set(runs) == {"ensemble", "ensemble_side_by_side", "test"} and runs["ensemble"]["updates"] == [6, 6]
     first, second = runs["ensemble"]["train_commands"]  # 5 minutes: half of it each, seeds 1 and 2
     assert "--stop-time-hours 0.0416667" in first and "--seed 1" in first and "--seed 2" in second
+    assert "--num-threads" not in first.replace(TINY, "")  # one after the other: each on every core
+    # side by side: both for the whole 5 minutes at once, each on half the cores
+    first, second = runs["ensemble_side_by_side"]["train_commands"]
+    assert "--stop-time-hours 0.0833333" in first and "--seed 1" in first and "--seed 2" in second
+    assert "--num-threads" in first.replace(TINY, "") and runs["ensemble_side_by_side"]["updates"] == [6, 6]
+    assert "[seed2] $ " in capsys.readouterr().out
     # 6 updates, a checkpoint every 2: the best checkpoints and the averages, each with 2 length penalties
-    scores = runs["ensemble"]["valid_bleu"]
-    assert set(scores) == {"best/lenpen 0.6", "best/lenpen 1.0", "average/lenpen 0.6", "average/lenpen 1.0"}
-    assert runs["test"]["valid_bleu"] == max(scores.values()) and runs["test"]["candidate"] == "ensemble"
-    assert runs["test"]["setting"] == max(scores, key=scores.get)
+    scores = {name: runs[name]["valid_bleu"] for name in ("ensemble", "ensemble_side_by_side")}
+    assert set(scores["ensemble"]) == {"best/lenpen 0.6", "best/lenpen 1.0", "average/lenpen 0.6", "average/lenpen 1.0"}
+    winner = max(scores, key=lambda name: max(scores[name].values()))
+    assert runs["test"]["valid_bleu"] == max(scores[winner].values()) and runs["test"]["candidate"] == winner
+    assert runs["test"]["setting"] == max(scores[winner], key=scores[winner].get)
     assert (out / runs["test"]["candidate"] / "test" / "generate-valid.txt").is_file()
     table = (out / "table.md").read_text()
-    assert "| ensemble | (quickstart) | 6 + 6 |" in table and "Chosen on valid: ensemble" in table
+    assert "| ensemble | (quickstart) | 6 + 6 |" in table and f"Chosen on valid: {winner} (" in table
 
     capsys.readouterr()
     assert call(module, argv) == 0  # the rerun trains and translates nothing
-    assert capsys.readouterr().out.count("skipped") == 1
+    assert capsys.readouterr().out.count("skipped") == 2
     assert json.loads((out / "results.json").read_text())["runs"] == runs
 
 
