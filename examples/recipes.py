@@ -7,8 +7,8 @@ checkpoint_best.pt and the average of the last 5 interval checkpoints, each with
 penalty. The `ensemble` candidate trains two models for half the time each (seeds 1 and 2) and decodes
 them together, against one model trained for the whole time; `ensemble_side_by_side` trains the two at the
 same time, each for the whole time on half the cores (the same budget of cores x time: a small model uses
-two cores poorly, so each gets more than half the updates of a model trained alone). With --test, the best (candidate, checkpoint,
-length penalty) on valid is translated on the test split once, and only that one.
+two cores poorly, so each gets more than half the updates of a model trained alone). With --test, the best
+(candidate, checkpoint, length penalty) on valid is translated on the test split once, and only that one.
 
 Runs are kept in OUT_DIR/results.json as they finish; a rerun skips them and an interrupted training
 resumes from its checkpoint_last.pt.
