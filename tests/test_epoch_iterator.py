@@ -70,15 +70,6 @@ def test_shards_are_disjoint_and_equal_length(num_shards):
     assert len(seen) == len(set(seen)) == (total // num_shards) * num_shards
 
 
-def test_uneven_shards_topped_up_without_dropping():
-    shards = [make(num_shards=3, shard_id=r, shuffle=False, drop_remainder=False) for r in range(3)]
-    total = len(shards[0].batches)
-    assert total % 3 != 0, "pick a size that does not divide evenly"
-    assert {len(s) for s in shards} == {-(-total // 3)}
-    seen = {tuple(b.tolist()) for s in shards for b in s.shard_batches(1)}
-    assert len(seen) == total  # every batch is somewhere
-
-
 def test_resume_mid_epoch_gives_the_same_remaining_order():
     it = make(seed=5, num_shards=2, shard_id=1)
     ids_of(it.next_epoch_itr())  # epoch 1

@@ -5,10 +5,9 @@ Sharding: the epoch's shuffled batch list is dealt round-robin to the ranks and 
 the same number of batches, ``len(batches) // num_shards`` (the few left over are dropped for that
 epoch; a different few every epoch since the order is reshuffled). Equal counts matter: with
 DistributedDataParallel a rank that steps once more than the others waits forever. Where nothing
-may be dropped: ``drop_remainder=False`` tops short shards up by repeating their first batches
-(equal counts; those sentences count twice), and ``even=False`` gives every batch exactly once
-with shard lengths differing by one -- right for validation, which has no collective per batch
-(only the final sum is all-reduced), so its figures equal a single process's.
+may be dropped, ``even=False`` gives every batch exactly once with shard lengths differing by one --
+right for validation, which has no collective per batch (only the final sum is all-reduced), so its
+figures equal a single process's.
 
 Collation runs in the training process by default (``num_workers=0``): ``dataset.collater`` of the
 ``dataset[i]`` items, with no DataLoader in the way. ``num_workers > 0`` uses a torch DataLoader
@@ -36,7 +35,7 @@ class EpochBatchIterator:
     the end starts the next epoch)."""
 
     def __init__(self, dataset: Any, batches: Sequence[np.ndarray], *, seed: int = 1, num_shards: int = 1,
-                 shard_id: int = 0, shuffle: bool = True, drop_remainder: bool = True, even: bool = True,
+                 shard_id: int = 0, shuffle: bool = True, even: bool = True,
                  num_workers: int = 0, epoch: int = 1):
         if not 0 <= shard_id < num_shards:
             raise ConfigError(f"shard {shard_id} of {num_shards}: the rank must be in [0, world size)")
@@ -46,7 +45,6 @@ class EpochBatchIterator:
         self.num_shards = int(num_shards)
         self.shard_id = int(shard_id)
         self.shuffle = shuffle
-        self.drop_remainder = drop_remainder
         self.even = even
         self.num_workers = int(num_workers)
         self.epoch = int(epoch)
@@ -63,7 +61,7 @@ class EpochBatchIterator:
         n, k = len(self.batches), self.num_shards
         if not self.even:
             return len(range(self.shard_id, n, k))
-        return n // k if self.drop_remainder else -(-n // k)
+        return n // k
 
     def batch_order(self, epoch: int) -> np.ndarray:
         """Positions into ``batches`` of the whole epoch, before sharding."""
@@ -76,8 +74,6 @@ class EpochBatchIterator:
         """This rank's batches (dataset index arrays) of ``epoch``, in order."""
         order = self.batch_order(epoch)
         mine = order[self.shard_id::self.num_shards][: len(self)]
-        if len(mine) < len(self):  # drop_remainder=False: top up with this rank's first batches
-            mine = np.resize(mine if len(mine) else order, len(self))
         return [self.batches[i] for i in mine]
 
     def end_of_epoch(self) -> bool:
