@@ -7,8 +7,10 @@ perplexity of that validation, test BLEU and chrF with beam 5 (nmt-generate, det
 
 Seeds: the base runs with two seeds, and their spread is the noise floor. Every variation runs with the
 first seed, and with the second as well when its difference to the base (dev perplexity or BLEU) is within
-the base's spread. The table shows each figure's mean and spread, the paper's figure for the nearest
-setting, and for every Table 3 row whether the paper's conclusion holds at this scale.
+the base's spread. A BLEU difference also has to pass sacreBLEU's paired bootstrap against the base (p < 0.05):
+two seeds underestimate the noise, and the test set's own sampling noise is larger. The table shows each
+figure's mean and spread, the paper's figure for the nearest setting, and for every Table 3 row whether the
+paper's conclusion holds at this scale.
 
 Runs are kept as they finish in OUT_DIR/results.json; a rerun skips them, and a run that was interrupted
 resumes from its checkpoint_last.pt, so the table can be run in pieces (e.g. --variants heads_1,heads_8).
@@ -32,7 +34,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import click
 
@@ -212,8 +214,7 @@ def generate_command(job: AblationJob, name: str, seed: int) -> list[str]:
     return [tool("nmt-generate"), job.data, "--path", str(save / "checkpoint_best.pt"), "--beam", "5",
             "--gen-subset", job.gen_subset, "--max-len-a", "2", "--max-len-b", "10",  # as the quickstart
             "--max-tokens", str(job.max_tokens), *precision_flags(job.precision), *thread_flags("--threads", job.jobs),
-            "--quiet",
-            "--results-path", str(save / job.gen_subset)]
+            "--results-path", str(save / job.gen_subset)]  # not --quiet: the hypotheses are kept for the bootstrap
 
 
 def best_validation(save_dir: Path) -> tuple[dict[str, Any], int]:
@@ -293,8 +294,9 @@ def within_noise(table: Table, name: str) -> bool:
     return "level" in compare(table, name).values()
 
 
-def compare(table: Table, name: str) -> dict[str, str]:
-    """``name`` against the base, per metric: "better", "worse" or "level" (within the base's seed spread)."""
+def compare(table: Table, name: str, bleu_p: Optional[float] = None) -> dict[str, str]:
+    """``name`` against the base, per metric: "better", "worse" or "level" (within the base's seed spread; for
+    BLEU also when a paired bootstrap, ``bleu_p``, cannot tell the two apart at p < SIGNIFICANCE)."""
     out = {}
     for metric, lower_is_better in (("dev_ppl", True), ("test_bleu", False)):
         base, this = table.figures("base", metric), table.figures(name, metric)
@@ -302,86 +304,131 @@ def compare(table: Table, name: str) -> dict[str, str]:
             out[metric] = "?"
             continue
         delta = this.mean - base.mean
-        if abs(delta) <= base.spread:
+        if abs(delta) <= base.spread or (metric == "test_bleu" and bleu_p is not None and bleu_p >= SIGNIFICANCE):
             out[metric] = "level"
         else:
             out[metric] = "better" if (delta < 0) == lower_is_better else "worse"
     return out
 
 
-# The paper's conclusion per row and how it is checked against the better / worse / level verdicts.
+SIGNIFICANCE = 0.05
+
+
+def hypotheses(job: AblationJob, name: str, seed: int) -> Optional[list[str]]:
+    """The detokenized best translation of each sentence of a run's test translation, in sentence order (None: it
+    was translated with --quiet, as runs made before the bootstrap were)."""
+    path = run_dir(job, name, seed) / job.gen_subset / f"generate-{job.gen_subset}.txt"
+    best = {}
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        if line.startswith("D-"):
+            sid, _score, text = line[2:].split("\t", 2)
+            best[int(sid)] = text
+    return [best[i] for i in sorted(best)] or None
+
+
+def bleu_p_values(job: AblationJob, table: Table, names: list[str]) -> dict[str, float]:
+    """Per variation, sacreBLEU's paired bootstrap (1,000 resamples of the test sentences) of its first seed
+    against the base's: the p-value that its BLEU difference is resampling noise. The base's seed spread says
+    how much training varies; this says how much the test set's sampling does, which on 1,000 sentences is
+    ~1.6 BLEU (95% interval)."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    from nmt.data.data_dir import kept_raw_text, resolve_langs
+
+    seed = job.common.seed
+    base = hypotheses(job, "base", seed)
+    if base is None:
+        return {}
+    reference = kept_raw_text(job.data, job.gen_subset, resolve_langs(job.data, None, None)[1])
+    if reference is None:
+        return {}
+    refs = reference.read_text(encoding="utf-8").splitlines()
+    out = {}
+    for name in names:
+        this = hypotheses(job, name, seed) if name != "base" and table.get(f"{name}/seed{seed}") else None
+        if this is None or len(this) != len(base) or len(refs) != len(base):
+            continue
+        if this == base:  # sacreBLEU's test degenerates (p = 1 / 1,001) on identical translations
+            out[name] = 1.0
+            continue
+        test = PairedTest([("base", base), (name, this)], {"BLEU": BLEU()}, [refs], test_type="bs", n_samples=1000)
+        _signatures, results = test()
+        out[name] = float(results["BLEU"][1].p_value)
+    return out
+
+
+# The paper's conclusion per row, as what each variation should show on each metric against the base.
 Verdicts = dict[str, dict[str, str]]  # variant -> metric -> better / worse / level
+METRIC_LABELS = {"dev_ppl": "dev ppl", "test_bleu": "BLEU"}
 
 
-def _all(verdicts: Verdicts, names: list[str], want: set[str], metrics: tuple[str, ...] = ("dev_ppl", "test_bleu"),
-         ) -> Optional[bool]:
-    """Whether every measured variant of ``names`` is in ``want`` on one of ``metrics`` (None: none measured)."""
-    present = [n for n in names if n in verdicts]
-    if not present:
-        return None
-    return all(any(verdicts[n][m] in want for m in metrics) for n in present)
+@dataclass(frozen=True)
+class Expect:
+    """One part of a claim: each of ``names`` should be one of ``want`` (better / worse / level) on ``metric``."""
+    names: tuple[str, ...]
+    metric: str
+    want: frozenset[str]
 
 
-def _and(*parts: Optional[bool]) -> Optional[bool]:
-    """Every measured part holds (None: no part measured)."""
-    measured = [p for p in parts if p is not None]
-    return None if not measured else all(measured)
+def _on_both(names: tuple[str, ...], want: str) -> list[Expect]:
+    return [Expect(names, metric, frozenset({want})) for metric in METRIC_LABELS]
 
 
-def heads_claim(v: Verdicts) -> Optional[bool]:
-    return _all(v, ["heads_1", "heads_16"], {"worse"})
+@dataclass(frozen=True)
+class Claim:
+    row: str
+    text: str
+    parts: list[Expect]
+
+    def judge(self, verdicts: Verdicts) -> str:
+        """"holds", "not measured yet", or which variations disagree with the paper, on which metric, and how."""
+        checked = [(name, part.metric, verdicts[name][part.metric] in part.want)
+                   for part in self.parts for name in part.names if name in verdicts]
+        if not checked:
+            return "not measured yet"
+        misses = [f"{name} is {verdicts[name][metric]} on {METRIC_LABELS[metric]}"
+                  for name, metric, agrees in checked if not agrees]
+        if not misses:
+            return "holds"
+        said = "does not hold here" if len(misses) == len(checked) else "holds only in part"
+        return f"{said} ({'; '.join(misses)})"
 
 
-def key_size_claim(v: Verdicts) -> Optional[bool]:
-    return _all(v, ["key_dim_16", "key_dim_32"], {"worse"})
-
-
-def size_claim(v: Verdicts) -> Optional[bool]:
-    return _and(_all(v, ["layers_6", "d_model_512", "ffn_2048"], {"better"}),
-                _all(v, ["layers_1", "d_model_128", "ffn_512"], {"worse"}))
-
-
-def dropout_claim(v: Verdicts) -> Optional[bool]:
-    return _all(v, ["dropout_0"], {"worse"})
-
-
-def label_smoothing_claim(v: Verdicts) -> Optional[bool]:
-    return _and(_all(v, ["ls_0"], {"better"}, ("dev_ppl",)), _all(v, ["ls_0"], {"worse"}, ("test_bleu",)))
-
-
-def positions_claim(v: Verdicts) -> Optional[bool]:
-    return _and(_all(v, ["learned_positions"], {"level"}, ("dev_ppl",)),
-                _all(v, ["learned_positions"], {"level"}, ("test_bleu",)))
-
-
-def attention_claim(v: Verdicts) -> Optional[bool]:
-    return _and(_all(v, ["additive"], {"level", "better"}, ("test_bleu",)),
-                _all(v, ["relative"], {"better"}, ("test_bleu",)))
-
-
-CLAIMS: list[tuple[str, str, Callable[[Verdicts], Optional[bool]]]] = [
-    ("A", "single-head attention is 0.9 BLEU worse than the best setting, and quality also drops off with too many "
-          "heads", heads_claim),
-    ("B", "reducing the attention key size d_k hurts model quality", key_size_claim),
-    ("C", "bigger models are better (more layers, a wider d_model or d_ff help; fewer or narrower hurt)", size_claim),
-    ("D", "dropout is very helpful in avoiding over-fitting (P_drop 0 is worse)", dropout_claim),
-    ("D", "label smoothing hurts perplexity but improves BLEU (eps_ls 0 has the better perplexity, the worse BLEU)",
-     label_smoothing_claim),
-    ("E", "learned positional embeddings give nearly identical results to the sinusoids", positions_claim),
-    ("attention", "additive attention is as good as dot-product attention for small d_k (section 3.2.1); relative "
-                  "positions beat absolute ones (Shaw et al. 2018)", attention_claim),
+CLAIMS: list[Claim] = [
+    Claim("A", "single-head attention is 0.9 BLEU worse than the best setting, and quality also drops off with too "
+               "many heads", _on_both(("heads_1", "heads_16"), "worse")),
+    Claim("B", "reducing the attention key size d_k hurts model quality",
+          _on_both(("key_dim_16", "key_dim_32"), "worse")),
+    Claim("C", "bigger models are better (more layers, a wider d_model or d_ff help; fewer or narrower hurt)",
+          _on_both(("layers_6", "d_model_512", "ffn_2048"), "better")
+          + _on_both(("layers_1", "d_model_128", "ffn_512"), "worse")),
+    Claim("D", "dropout is very helpful in avoiding over-fitting (P_drop 0 is worse)",
+          _on_both(("dropout_0",), "worse")),
+    Claim("D", "label smoothing hurts perplexity but improves BLEU (eps_ls 0 has the better perplexity, the worse "
+               "BLEU)", [Expect(("ls_0",), "dev_ppl", frozenset({"better"})),
+                         Expect(("ls_0",), "test_bleu", frozenset({"worse"}))]),
+    Claim("E", "learned positional embeddings give nearly identical results to the sinusoids",
+          _on_both(("learned_positions",), "level")),
+    Claim("attention", "additive attention is as good as dot-product attention for small d_k (section 3.2.1); "
+                       "relative positions beat absolute ones (Shaw et al. 2018)",
+          [Expect(("additive",), "test_bleu", frozenset({"level", "better"})),
+           Expect(("relative",), "test_bleu", frozenset({"better"}))]),
 ]
 
 
-def _said(holds: Optional[bool]) -> str:
-    return {None: "not measured yet", True: "holds", False: "does not hold here"}[holds]
+def _threads(record: dict[str, Any]) -> str:
+    found = re.search(r"--num-threads (\d+)", record.get("train_command", ""))
+    return f"{found.group(1)} thr" if found else "all cores"
 
 
-def markdown(table: Table, names: list[str], gen_subset: str) -> str:
-    """The table of every measured variant of ``names`` and a line per Table 3 row on the paper's conclusion."""
+def markdown(table: Table, names: list[str], gen_subset: str, bleu_p: Optional[dict[str, float]] = None) -> str:
+    """The table of every measured variant of ``names`` and a line per Table 3 row on the paper's conclusion
+    (``bleu_p``: each variation's paired-bootstrap p-value against the base, where its hypotheses were kept)."""
+    bleu_p = bleu_p or {}
     head = (f"| row | variant | setting | params | seeds | dev ppl | {gen_subset} BLEU | chrF | vs base (ppl, BLEU) | "
-            "paper (ppl / BLEU) | best at / run | train time |\n"
-            "|---|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|\n")
+            "BLEU p | paper (ppl / BLEU) | best at / run | train time (seed 1) |\n"
+            "|---|---|---|---:|---:|---:|---:|---:|---|---:|---|---:|---:|\n")
     lines, verdicts = [], {}
     for name in names:
         runs = table.seeds_of(name)
@@ -390,16 +437,18 @@ def markdown(table: Table, names: list[str], gen_subset: str) -> str:
         variant, first = VARIANTS[name], runs[0]
         ppl, bleu, chrf = (table.figures(name, m) for m in ("dev_ppl", "test_bleu", "test_chrf"))
         cells = " | ".join("-" if f is None else f.cell(d) for f, d in ((ppl, 2), (bleu, 2), (chrf, 1)))
-        versus = "" if name == "base" else ", ".join(compare(table, name).values())
+        versus, p_cell = "", ""
         if name != "base":
-            verdicts[name] = compare(table, name)
-        minutes = mean(r["train_seconds"] for r in runs) / 60
+            verdicts[name] = compare(table, name, bleu_p.get(name))
+            versus = ", ".join(verdicts[name].values())
+            p_cell = f"{bleu_p[name]:.3f}" if name in bleu_p else "-"
         lines.append(f"| {variant.row} | {name} | {variant.label} | {first['params'] / 1e6:.2f}M | {len(runs)} | "
-                     f"{cells} | "
-                     f"{versus} | {variant.paper.cell()} | {first['best_update']} / {first['num_updates']} | "
-                     f"{minutes:.0f} min |\n")
-    claims = [f"- **{row}**: {claim}: {_said(check(verdicts))}.\n" for row, claim, check in CLAIMS]
-    intro = "\nThe paper's conclusions, checked against the base's seed spread:\n\n"
+                     f"{cells} | {versus} | {p_cell} | {variant.paper.cell()} | "
+                     f"{first['best_update']} / {first['num_updates']} | "
+                     f"{first['train_seconds'] / 60:.0f} min ({_threads(first)}) |\n")
+    claims = [f"- **{c.row}**: {c.text}: {c.judge(verdicts)}.\n" for c in CLAIMS]
+    intro = (f"\nThe paper's conclusions, checked against the base's seed spread (and, for BLEU, a paired bootstrap "
+             f"at p < {SIGNIFICANCE}):\n\n")
     return head + "".join(lines) + intro + "".join(claims)
 
 
@@ -469,10 +518,11 @@ def run(job: AblationJob) -> None:
                     failed = failed or future.exception()
                     continue
                 table.add(key, future.result())
-                atomic_write_text(out / "table.md", markdown(table, names, job.gen_subset))
+                atomic_write_text(out / "table.md", markdown(table, names, job.gen_subset,
+                                                             bleu_p_values(job, table, names)))
     if failed is not None:
         raise failed
-    text = markdown(table, names, job.gen_subset)
+    text = markdown(table, names, job.gen_subset, bleu_p_values(job, table, names))
     atomic_write_text(out / "table.md", text)
     click.echo(f"\n{text}\nwritten to {out / 'table.md'} (figures and commands in {table.path})")
 

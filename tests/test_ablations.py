@@ -4,6 +4,7 @@ finishes, a rerun trains nothing), and the table's comparison with the base and 
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import pytest
@@ -41,6 +42,7 @@ def test_base_seeds_a_variant_table_and_rerun_skips(tmp_path, capsys):
     table = (out / "table.md").read_text()
     assert "| base |" in table and "| learned_positions |" in table and "| E | learned_positions |" in table
     assert "positional embedding: 4.92 / 25.7" in table  # the paper's figures beside the row
+    assert re.search(r"\| learned_positions \|[^\n]* \| [01]\.\d{3} \| positional", table)  # its bootstrap p
     assert table in shown and "--num-threads 1" in runs["base/seed1"]["train_command"]
 
     assert call(module, argv) == 0  # the rerun trains nothing
@@ -115,10 +117,15 @@ def test_comparison_uses_the_base_seed_spread(tmp_path):
     assert module.within_noise(table, "heads_16") and not module.within_noise(table, "heads_1")
     text = module.markdown(table, ["base", "heads_1", "heads_16", "learned_positions"], "test")
     assert "| base | " in text and "10.20 ± 0.20" in text and "35.30 ± 0.30" in text
-    # A: 1 head is worse, but 16 heads are not: the paper's "too many heads" half fails
-    assert "**A**: single-head" in text and "heads: does not hold here." in text
+    # A: 1 head is worse, but 16 heads are not: the paper's "too many heads" half fails, and the line says how
+    assert ("heads: holds only in part (heads_16 is level on dev ppl; heads_16 is level on BLEU)." in text)
     assert "**E**: learned positional embeddings give nearly identical results to the sinusoids: holds." in text
     assert "**B**: reducing the attention key size d_k hurts model quality: not measured yet." in text
+
+
+def claim_said(module, table, row: str, name: str) -> str:
+    claim = next(c for c in module.CLAIMS if c.row == row and name in {n for p in c.parts for n in p.names})
+    return claim.judge({name: module.compare(table, name)})
 
 
 def test_label_smoothing_claim_needs_better_ppl_and_worse_bleu(tmp_path):
@@ -126,9 +133,19 @@ def test_label_smoothing_claim_needs_better_ppl_and_worse_bleu(tmp_path):
     base = [record("base", 1, 10.0, 35.0), record("base", 2, 10.2, 35.2)]
     holds = table_of(module, tmp_path / "a", [*base, record("ls_0", 1, 8.0, 34.0)])
     fails = table_of(module, tmp_path / "b", [*base, record("ls_0", 1, 8.0, 36.0)])
-    verdicts = {t: {"ls_0": module.compare(t, "ls_0")} for t in (holds, fails)}
-    assert module.label_smoothing_claim(verdicts[holds]) is True
-    assert module.label_smoothing_claim(verdicts[fails]) is False
+    assert claim_said(module, holds, "D", "ls_0") == "holds"
+    assert claim_said(module, fails, "D", "ls_0") == "holds only in part (ls_0 is better on BLEU)"
+
+
+def test_a_claim_on_both_metrics_needs_both(tmp_path):
+    """One head with a worse perplexity but a better BLEU does not confirm "one head is worse"."""
+    module = load_script("ablations")
+    base = [record("base", 1, 10.0, 35.0), record("base", 2, 10.2, 35.2)]
+    mixed = table_of(module, tmp_path / "a", [*base, record("heads_1", 1, 11.0, 36.0)])
+    against = table_of(module, tmp_path / "b", [*base, record("heads_1", 1, 9.0, 36.0)])
+    assert claim_said(module, mixed, "A", "heads_1") == "holds only in part (heads_1 is better on BLEU)"
+    assert claim_said(module, against, "A", "heads_1") == (
+        "does not hold here (heads_1 is better on dev ppl; heads_1 is better on BLEU)")
 
 
 def test_every_variant_is_checked_by_its_row(tmp_path):
@@ -142,3 +159,36 @@ def test_unknown_variant_is_a_usage_error(tmp_path, capsys):
     module = load_script("ablations")
     assert call(module, [tmp_path, "--variants", "base,heads_3"]) == 2
     assert "heads_3" in capsys.readouterr().err
+
+
+def test_bleu_needs_a_paired_bootstrap_to_differ(tmp_path, monkeypatch):
+    """A BLEU gap beyond the base's seed spread is still "level" when resampling the test sentences cannot tell
+    the two translations apart; a variation whose every sentence is better is "better"."""
+    module = load_script("ablations")
+    monkeypatch.setattr("nmt.data.data_dir.resolve_langs", lambda data, src, tgt: ("en", "de"))
+    data = tmp_path / "data"
+    (data / "raw").mkdir(parents=True)
+    refs = [f"ein mann Nummer {i} fährt mit dem Fahrrad über die Straße ." for i in range(60)]
+    (data / "raw" / "test.de").write_text("\n".join(refs) + "\n", encoding="utf-8")
+    job = module.AblationJob(data=str(data), out_dir=str(tmp_path / "runs"))
+    worse = [" ".join(r.split()[:5]) for r in refs]
+    mixed = [r if i % 2 else " ".join(r.split()[:4]) for i, r in enumerate(refs)]
+    close = [refs[0], *worse[1:]]  # one sentence better than the base
+    for name, hyps in (("base", worse), ("heads_1", refs), ("heads_8", mixed), ("heads_16", close),
+                       ("learned_positions", worse)):
+        folder = module.run_dir(job, name, 1) / "test"
+        folder.mkdir(parents=True)
+        lines = [f"D-{i}\t-0.5\t{h}" for i, h in reversed(list(enumerate(hyps)))]  # not in sentence order
+        (folder / "generate-test.txt").write_text("\n".join(lines) + "\nBLEU = 1.0\n", encoding="utf-8")
+    assert module.hypotheses(job, "heads_8", 1) == mixed
+    table = table_of(module, tmp_path, [record("base", 1, 10.0, 35.0), record("base", 2, 10.2, 35.2),
+                                        record("heads_1", 1, 10.1, 60.0), record("heads_16", 1, 10.1, 36.0),
+                                        record("learned_positions", 1, 10.1, 36.0)])
+    p = module.bleu_p_values(job, table, ["base", "heads_1", "heads_8", "heads_16", "learned_positions"])
+    assert set(p) == {"heads_1", "heads_16", "learned_positions"}  # heads_8 has hypotheses but no finished record
+    assert p["heads_1"] < 0.05 and p["heads_16"] > module.SIGNIFICANCE and p["learned_positions"] == 1.0
+    assert module.compare(table, "heads_1", p["heads_1"])["test_bleu"] == "better"
+    assert module.compare(table, "heads_16", p["heads_16"])["test_bleu"] == "level"
+    assert module.compare(table, "heads_16")["test_bleu"] == "better"  # the seed spread alone would say so
+    text = module.markdown(table, ["base", "heads_1", "heads_16"], "test", p)
+    assert f"| {p['heads_16']:.3f} |" in text
