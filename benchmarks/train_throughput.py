@@ -46,6 +46,7 @@ def build_ours(data: Path, save_dir: Path, bf16: bool) -> Any:
     """nmt's TrainingRun for the setting (model, criterion, optimizer, iterator: the real pieces)."""
     from omegaconf import OmegaConf
 
+    from nmt.allocator import keep_freed_memory
     from nmt.config.loader import resolve_config
     from nmt.config.model import arch_preset
     from nmt.config.train import TrainJob
@@ -54,6 +55,7 @@ def build_ours(data: Path, save_dir: Path, bf16: bool) -> Any:
     from nmt.training.loop import TrainingRun
 
     load_plugins()
+    keep_freed_memory()  # as nmt-train does: without it every update faults its large blocks back in
     overrides = SETTING + [f"task.data={data}", f"checkpoint.save_dir={save_dir}", f"precision.bf16={bf16}"]
     cfg = OmegaConf.to_object(resolve_config(TrainJob, overrides=overrides, preset=arch_preset))
     return TrainingRun(cfg, distributed.init(cfg.distributed_training))

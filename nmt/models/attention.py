@@ -19,10 +19,10 @@ import uuid
 from typing import Any, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt.errors import ConfigError
+from nmt.models.dropout import dropout as drop
 
 IncrementalState = dict  # module key -> {"k": (B,H,S,d_k), "v": (B,H,S,D), maybe "length": int}
 
@@ -61,7 +61,7 @@ def softmax_attention(scores: Tensor, v: Tensor, mask: Optional[Tensor], dropout
     """Masked softmax over the last axis of ``scores`` (B,H,T,S), then weights @ v. Returns
     (output (B,H,T,D), weights (B,H,T,S)). Shared by plugins that compute their own scores."""
     weights = attention_weights(scores, mask).to(v.dtype)  # (B,H,T,S)
-    dropped = F.dropout(weights, p=dropout, training=training)
+    dropped = drop(weights, dropout, training)
     return dropped @ v, weights  # (B, H, T, D)
 
 

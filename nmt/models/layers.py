@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt.models.attention import AttentionBase, IncrementalState
+from nmt.models.dropout import dropout
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
@@ -27,7 +28,7 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.activation(self.fc1(x))  # (..., d_ff)
-        h = F.dropout(h, p=self.activation_dropout, training=self.training)
+        h = dropout(h, self.activation_dropout, self.training)
         return self.fc2(h)  # (..., d_model)
 
 
@@ -46,7 +47,7 @@ class Residual(nn.Module):
 
     def post(self, residual: Tensor, y: Tensor) -> Tensor:
         """Combine the sub-layer's output ``y`` with the layer input ``residual``."""
-        x = residual + F.dropout(y, p=self.dropout, training=self.training)
+        x = residual + dropout(y, self.dropout, self.training)
         return x if self.normalize_before else self.norm(x)
 
 

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt.models.attention import IncrementalState
+from nmt.models.dropout import dropout
 from nmt.models.incremental_state import left_pads, reorder_incremental_state
 from nmt.models.layers import DecoderLayer, EncoderLayer
 from nmt.models.positional import PositionalBase
@@ -48,7 +49,7 @@ class Embedder(nn.Module):
             x = x + self.positional(tokens.size(1), offset).to(x.dtype)  # (L, C) broadcast over B
         else:
             x = x + self.positional.at(positions).to(x.dtype).unsqueeze(1)  # (B, 1, C)
-        return F.dropout(x, p=self.dropout, training=self.training)
+        return dropout(x, self.dropout, self.training)
 
 
 class TransformerEncoder(nn.Module):

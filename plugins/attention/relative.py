@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt.config.fields import opt
 from nmt.errors import ConfigError
 from nmt.models.attention import AttentionBase, allowed_mask, attention_weights
+from nmt.models.dropout import dropout
 from nmt.registry import register_attention
 
 
@@ -76,7 +76,7 @@ class RelativePositionAttention(AttentionBase):
         position = (q @ self.relative_keys.t()).gather(-1, index)  # (B, H, T, 2k+1) -> (B, H, T, S)
         mask = allowed_mask(T, S, key_padding_mask, causal, q.device)
         weights = attention_weights((content + position) * self.scale, mask).to(v.dtype)  # (B, H, T, S)
-        alpha = F.dropout(weights, p=self.dropout, training=self.training)  # (B, H, T, S)
+        alpha = dropout(weights, self.dropout, self.training)  # (B, H, T, S)
         # A clipped bucket sums up to S weights: in fp32 under bf16/fp16 autocast, as the softmax.
         acc = torch.float32 if alpha.dtype in (torch.float16, torch.bfloat16) else alpha.dtype
         per_bucket = alpha.new_zeros(B, H, T, self.relative_values.size(0), dtype=acc)  # (B, H, T, 2k+1)
