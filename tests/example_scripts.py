@@ -10,14 +10,20 @@ from types import ModuleType
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def load_script(name: str) -> ModuleType:
-    """examples/NAME.py as a module (registered in sys.modules: dataclasses resolve annotations through it)."""
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+def load_module(path: Path) -> ModuleType:
+    """A script that is not in a package, as a module named after its file (registered in sys.modules:
+    dataclasses resolve annotations through it)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    sys.modules[path.stem] = module
     spec.loader.exec_module(module)
     return module
+
+
+def load_script(name: str) -> ModuleType:
+    """examples/NAME.py as a module."""
+    return load_module(EXAMPLES / f"{name}.py")
 
 
 def call(module: ModuleType, argv: list) -> int:
