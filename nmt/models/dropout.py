@@ -22,12 +22,11 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """``F.dropout(x, p, training)``: each element zeroed with probability ``p``, the rest scaled by 1 / (1 - p)."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or not 0.0 < p < 1.0:
-        return F.dropout(x, p=p, training=True)  # p = 1 (all dropped) and p out of range: torch's own answer
+    dropped = round(p * _LEVELS)  # elements whose lane is below this (as an unsigned 16-bit number) are dropped
+    if x.device.type != "cpu" or not 0 < dropped < _LEVELS:
+        # p = 1, p out of range, or p within 1/131,072 of 0 or 1 (too fine for 16 bits): torch's own answer
+        return F.dropout(x, p=p, training=True)
     n = x.numel()
     lanes = torch.randint(-(1 << 63), (1 << 63) - 1, ((n + 3) // 4,), dtype=torch.int64).view(torch.int16)
-    dropped = round(p * _LEVELS)  # elements whose lane is below this (as an unsigned 16-bit number) are dropped
-    if dropped in (0, _LEVELS):
-        return F.dropout(x, p=p, training=True)  # p within 1/131,072 of 0 or 1: too fine for 16 bits
     keep = lanes[:n].view(x.shape) >= dropped - (_LEVELS // 2)  # int16 lanes are uniform on [-32768, 32767]
     return x * keep.to(x.dtype).mul_(_LEVELS / (_LEVELS - dropped))
