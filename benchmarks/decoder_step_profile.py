@@ -3,7 +3,7 @@ linear layers and the output projection), attention, the log-softmax over the vo
 cache reordering, other operations, and Python (with the dispatcher) between them.
 
 The search is nmt-generate's (the same batches, the same streaming schedule) on the imported fairseq
-peer model and test_2016_flickr, in fp32 unless ``--quantize int8``. Three scopes are timed apart:
+peer model and test_2016_flickr, in fp32 unless ``--quantize int8`` (or ``fp16``). Three scopes are timed apart:
 the encoder (``EnsembleModel.encode``), the decoder step (``EnsembleModel.step``: embedding, layers,
 output projection, log-softmax) and the search's own work around it (choosing beams, reordering,
 finishing hypotheses). Inside each scope every ATen operator's *self* time is put into a category by
@@ -15,7 +15,7 @@ With ``--ctranslate2`` the same weights also run in CTranslate2 (exported by
 ``nmt.interop.ctranslate2_export``, same beam, batch and threads), for its time per sentence beside ours.
 
     python benchmarks/decoder_step_profile.py [--beam 5] [--batch-size 128] [--threads 2]
-        [--quantize int8] [--ctranslate2]
+        [--quantize int8|fp16] [--ctranslate2]
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from torch.autograd.profiler_util import FunctionEvent
 
 SCOPES = ("encoder", "decoder step", "search")
 PRODUCTS = {"aten::addmm", "aten::mm", "aten::linear", "aten::matmul", "aten::mkldnn_linear",
-            "quantized::linear_dynamic", "aten::_mkldnn_linear"}
+            "quantized::linear_dynamic", "quantized::linear_dynamic_fp16", "aten::_mkldnn_linear"}
 CATEGORIES: list[tuple[str, Callable[[str], bool]]] = [
     ("attention products", lambda n: n in {"aten::bmm", "aten::baddbmm", "aten::_scaled_dot_product_attention_math",
                                            "aten::_scaled_dot_product_flash_attention_for_cpu"}),
@@ -84,7 +84,7 @@ def main() -> None:
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
-    ap.add_argument("--quantize", choices=["none", "int8"], default="none")
+    ap.add_argument("--quantize", choices=["none", "int8", "fp16"], default="none")
     ap.add_argument("--ctranslate2", action="store_true", help="time CTranslate2 on the same weights too")
     args = ap.parse_args()
 
@@ -145,7 +145,7 @@ def main() -> None:
            "search": wall["search"] - wall["encoder"] - wall["decoder step"]}
     total = wall["search"]
     print(f"test_2016_flickr, {len(dataset)} sentences, beam {args.beam}, batch {args.batch_size}, "
-          f"{args.threads} threads, {'int8' if args.quantize == 'int8' else 'fp32'}, {steps} decoder steps")
+          f"{args.threads} threads, {'fp32' if args.quantize == 'none' else args.quantize}, {steps} decoder steps")
     print(f"search: {plain:.2f} s unprofiled ({len(dataset) / plain:.1f} sentences/s, "
           f"{1000 * plain / steps:.2f} ms per step), {profiled:.2f} s under the profiler")
     print("| scope | share | ms per step (profiled) |")

@@ -6,7 +6,7 @@ is imported with ``nmt-import-fairseq``; then both command lines translate test_
 size asked for. Each tool's own search-time figure is compared (model loading and start-up
 excluded: fairseq's "Translated ... (N sentences/s)" line, ours "translated ... (N sentences/s)"),
 and so are the whole process's wall time and peak RSS. Ours runs in fp32, with ``--bf16`` and with
-``--quantize int8``; fairseq cannot run bf16 on a CPU. When ``ctranslate2`` is importable, the same
+``--quantize int8`` and ``fp16``; fairseq cannot run bf16 on a CPU. When ``ctranslate2`` is importable, the same
 weights exported by ``nmt.interop.ctranslate2_export`` run in CTranslate2 too, float32 and int8
 (``ctranslate2_translate.py``: a process that imports only ctranslate2). The best hypotheses are
 compared with fairseq's (BPE removed).
@@ -137,6 +137,7 @@ def main() -> None:
             "nmt-generate": nmt,
             "nmt-generate --bf16": [*nmt, "--bf16"],
             "nmt-generate --quantize int8": [*nmt, "--quantize", "int8"],
+            "nmt-generate --quantize fp16": [*nmt, "--quantize", "fp16"],
         }
         for compute in CT2_COMPUTE_TYPES if ct2 is not None else ():
             tools[f"CTranslate2 {compute}"] = ctranslate2_command(

@@ -149,7 +149,7 @@ def percentile(values: list[float], q: float) -> float:
 @click.option("--data", type=click.Path(exists=True, file_okay=False), help="The data-bin of --model's test split.")
 @click.option("--beam", default=5, show_default=True)
 @click.option("--threads", default=2, show_default=True, help="torch threads of the server and of nmt-generate.")
-@click.option("--quantize", default="none", show_default=True, type=click.Choice(["none", "int8"]),
+@click.option("--quantize", default="none", show_default=True, type=click.Choice(["none", "int8", "fp16"]),
               help="--quantize of the server and of nmt-generate.")
 @click.option("--clients", default="1,8,32,64", show_default=True)
 @click.option("--requests", "max_requests", default=1000, show_default=True, help="Requests per level at most.")

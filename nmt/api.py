@@ -201,8 +201,8 @@ def load(path: str | Path, data: str | Path | None = None, *, bf16: bool = False
          threads: int | None = None, user_dir: str | Path | None = None, seed: int = 1) -> TranslationModel:
     """A model ready to translate raw text: a model folder (nmt-export), or checkpoint(s) (':'-joined: an
     ensemble) with ``data``, the data-bin they were trained on. ``bf16`` runs the weights in bfloat16,
-    ``quantize="int8"`` the linear layers in int8 (CPU); ``user_dir`` imports a folder of plugins the model
-    needs."""
+    ``quantize="int8"`` (or ``"fp16"``) the linear layers with int8 (fp16) weights on the CPU; ``user_dir``
+    imports a folder of plugins the model needs."""
     from nmt.config.fields import to_dataclass
     from nmt.generation.inference import load_inference_models, model_and_data, open_data_dir
     from nmt.model_folder.layout import is_model_folder, read_manifest

@@ -212,12 +212,13 @@ def load_inference_models(inf: InferenceConfig, data: DataDir) -> EnsembleModel:
     if inf.threads:
         torch.set_num_threads(inf.threads)
     if inf.bf16 and inf.quantize != "none":
-        raise ConfigError(f"--bf16 and --quantize {inf.quantize}: choose one (int8 weights replace the fp32 ones)")
+        raise ConfigError(f"--bf16 and --quantize {inf.quantize}: choose one ({inf.quantize} weights replace the fp32 "
+                          "ones)")
     ens = load_ensemble(inf.path, data.src_dict, data.tgt_dict)
-    if inf.quantize == "int8":
-        from nmt.generation.quantize import quantize_int8
+    if inf.quantize != "none":
+        from nmt.generation.quantize import quantize_models
 
-        return quantize_int8(ens)
+        return quantize_models(ens, inf.quantize)
     return to_bf16(ens) if inf.bf16 else ens
 
 

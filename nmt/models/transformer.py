@@ -88,7 +88,7 @@ class TransformerDecoder(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.final_norm = final_norm
         self.output_weight = output_weight  # (V, C); the embedding's own Parameter when tied
-        # replaces the product with output_weight when set (nmt.generation.quantize: int8 inference)
+        # replaces the product with output_weight when set (nmt.generation.quantize: int8/fp16 inference)
         self.output_projection: Optional[nn.Module] = None
 
     @property
