@@ -88,23 +88,21 @@ class TranslationService:
         self.model = model
         self.batcher = batcher
         self.cfg = cfg
-        self._searches: dict[tuple, GenerationConfig] = {}
+        self.defaults = dataclasses.asdict(cfg.generation)  # every request's search options start from these
 
     def search(self, options: dict[str, Any]) -> GenerationConfig:
-        """The server's default search with a request's options on top, checked once per distinct set."""
-        key = tuple(sorted(options.items()))
-        if key not in self._searches:
-            for name in ("beam", "nbest"):
-                if options.get(name, 0) > self.cfg.max_beam:
-                    raise ApiError(400, f"{name} {options[name]}: at most {self.cfg.max_beam} (nmt-serve --max-beam)")
-            merged = {**dataclasses.asdict(self.cfg.generation), **options}
-            try:
-                gen = self.model.generation_config(**merged)
-                self.model.translator(gen)  # builds the search: a bad combination fails here
-            except NmtError as e:
-                raise ApiError(400, str(e)) from None
-            self._searches[key] = gen
-        return self._searches[key]
+        """The server's default search with a request's options on top, checked (the model keeps the checked
+        configurations and their searches)."""
+        for name in ("beam", "nbest"):
+            if options.get(name, 0) > self.cfg.max_beam:
+                raise ApiError(400, f"{name} {options[name]}: at most {self.cfg.max_beam} (nmt-serve --max-beam)")
+        merged = {**self.defaults, **options}
+        try:
+            gen = self.model.generation_config(**merged)
+            self.model.translator(gen)  # builds the search: a bad combination fails here
+        except NmtError as e:
+            raise ApiError(400, str(e)) from None
+        return gen
 
     def check_sentences(self, sentences: Sequence[str], name: str) -> None:
         limit = self.cfg.max_request_sentences
