@@ -71,3 +71,14 @@ def test_quantize_with_bf16_is_one_line(exported_model, kind, capsys):
     err = capsys.readouterr().err.strip()
     assert err == (f"nmt-generate: error: --bf16 and --quantize {kind}: choose one ({kind} weights replace the fp32 "
                    "ones)")
+
+
+@pytest.mark.skipif("qnnpack" not in torch.backends.quantized.supported_engines, reason="no qnnpack engine here")
+def test_fp16_without_fbgemm_is_one_line(exported_model, monkeypatch, capsys):
+    monkeypatch.setattr(torch.backends.quantized, "engine", "qnnpack")  # as on an ARM CPU
+    capsys.readouterr()
+    assert call_cli(generate_main, [exported_model.data, "--path", str(exported_model.folder), "--quantize",
+                                    "fp16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("nmt-generate: error: --quantize fp16: needs fbgemm's kernels (x86 CPUs), and this torch uses "
+                   "'qnnpack'; use --quantize int8 or leave it out")
