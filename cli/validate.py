@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Optional, cast
 
 import click
 import torch
@@ -23,16 +23,16 @@ from nmt.config.model import ModelConfig
 from nmt.config.validate import ValidateJob
 
 
-def checkpoint_criterion(path: str, padding_idx: int) -> Any:
-    """The criterion the checkpoint was trained with (from its stored config)."""
-    from nmt.checkpoint.format import load_checkpoint
-    from nmt.model_folder.layout import is_model_folder, read_manifest
+def checkpoint_criterion(path: str, state: Optional[dict[str, Any]], padding_idx: int) -> Any:
+    """The criterion the checkpoint was trained with: from its stored config (``state``, the checkpoint
+    read once for the model too), or from the manifest of a model folder (``state`` None)."""
+    from nmt.model_folder.layout import read_manifest
     from nmt.training.criterion import build_criterion
 
-    if is_model_folder(path):
+    if state is None:
         group = read_manifest(path).get("criterion")
     else:
-        group = (load_checkpoint(path).get("config") or {}).get("criterion")
+        group = (state.get("config") or {}).get("criterion")
     group = group or {"name": "label_smoothed_cross_entropy"}
     return build_criterion(dict(group), padding_idx)
 
@@ -90,9 +90,11 @@ def figures_line(subset: str, stats: dict[str, Any], path: str) -> str:
 
 
 def run(cfg: ValidateJob) -> None:
+    from nmt.checkpoint.format import load_checkpoint
     from nmt.data.language_pair_dataset import load_language_pair
     from nmt.errors import UsageError
     from nmt.generation.inference import checkpoint_paths, load_model, open_data_dir, refuse_model_folder_as_data
+    from nmt.model_folder.layout import is_model_folder
 
     if not cfg.data:
         raise UsageError("DATA is required: the data-bin folder written by nmt-preprocess, "
@@ -106,8 +108,9 @@ def run(cfg: ValidateJob) -> None:
     datasets = {s: load_language_pair(data.path, s, data.src, data.tgt) for s in subsets}
     for path in checkpoint_paths(cfg.path):
         start = time.perf_counter()
-        model = load_model(path, data.src_dict, data.tgt_dict)
-        criterion = checkpoint_criterion(path, data.tgt_dict.pad())
+        state = None if is_model_folder(path) else load_checkpoint(path)  # read once: weights and criterion
+        model = load_model(path, data.src_dict, data.tgt_dict, state)
+        criterion = checkpoint_criterion(path, state, data.tgt_dict.pad())
         for subset, dataset in datasets.items():
             stats = split_figures(model, criterion, dataset, cfg, subset)
             click.echo(figures_line(subset, stats, path))

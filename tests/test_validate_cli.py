@@ -69,3 +69,20 @@ def test_missing_checkpoint_names_the_file(trained, capsys):
     data, save = trained
     code, _, err = validate([data, "--path", save / "nope.pt"], capsys)
     assert code == 1 and "nope.pt" in err
+
+
+def test_each_checkpoint_is_read_once(trained, capsys, monkeypatch):
+    import nmt.checkpoint.format as checkpoint_format
+
+    data, save = trained
+    reads: list[str] = []
+    read_file = checkpoint_format.read_file
+
+    def counting(path, *args, **kwargs):
+        reads.append(str(path))
+        return read_file(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_format, "read_file", counting)
+    code, out, _ = validate([data, "--path", save / "checkpoint_last.pt", "--threads", "1"], capsys)
+    assert code == 0 and "loss" in out
+    assert reads == [str(save / "checkpoint_last.pt")]  # the weights and the criterion come from one read

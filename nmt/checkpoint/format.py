@@ -198,7 +198,11 @@ def load_checkpoint(path: str | os.PathLike, *, check_plugins_registered: bool =
 
 def load_model_for_inference(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, str]]:
     """(model config, model state_dict, dictionary fingerprints) of a checkpoint, for generation and averaging."""
-    state = load_checkpoint(path)
+    return model_parts(load_checkpoint(path))
+
+
+def model_parts(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, str]]:
+    """(model config, model state_dict, dictionary fingerprints) of a loaded checkpoint (``load_checkpoint``)."""
     return stored_model_config(state), state["model"], dict(state.get("dictionaries") or {})
 
 

@@ -84,17 +84,20 @@ def refuse_model_folder_as_data(data: str, splits: str) -> None:
                          f"that holds them and the folder as --path: DATA_BIN --path {data}")
 
 
-def load_model(path: str, src_dict: Any, tgt_dict: Any) -> torch.nn.Module:
+def load_model(path: str, src_dict: Any, tgt_dict: Any, state: dict[str, Any] | None = None) -> torch.nn.Module:
     """Build the model a checkpoint describes and load its weights; its dictionaries must match, its
     stored config must fit its tensors before anything is allocated (an edited config is refused) and its
-    parameters must be finite."""
-    from nmt.checkpoint.format import load_model_for_inference
+    parameters must be finite. ``state``: the checkpoint at ``path`` when the caller has read it already."""
+    from nmt.checkpoint.format import load_model_for_inference, model_parts
     from nmt.checkpoint.model_fit import build_model_from_weights
     from nmt.checkpoint.verify import check_dictionaries
     from nmt.model_folder.layout import is_model_folder, load_model_folder
 
     folder = is_model_folder(path)
-    model_cfg, weights, fingerprints = load_model_folder(path) if folder else load_model_for_inference(path)
+    if folder:
+        model_cfg, weights, fingerprints = load_model_folder(path)
+    else:
+        model_cfg, weights, fingerprints = model_parts(state) if state is not None else load_model_for_inference(path)
     check_dictionaries({"dictionaries": fingerprints}, path, {"source": src_dict, "target": tgt_dict})
     source = f"model folder {path}" if folder else f"checkpoint {path}"
     fix = ("export the model again with nmt-export" if folder
