@@ -21,12 +21,12 @@ from __future__ import annotations
 import argparse  # a benchmark script, not an nmt command: no config dataclass needed
 import statistics
 import time
-import warnings
 from typing import Callable
 
 import torch
 from torch import nn
-from torch.ao import quantization
+
+from nmt.generation.quantize import quantize_linear_layers
 
 
 def median_ms(fn: Callable[[torch.Tensor], object], arg: torch.Tensor, calls: int, repeats: int) -> float:
@@ -43,12 +43,10 @@ def median_ms(fn: Callable[[torch.Tensor], object], arg: torch.Tensor, calls: in
 
 
 def quantized(linear: nn.Linear, kind: str) -> nn.Module:
-    """``linear`` as torch.ao's dynamic-quantized Linear (what nmt.generation.quantize makes of it)."""
-    qconfig, dtype = {"int8": (quantization.per_channel_dynamic_qconfig, torch.qint8),
-                      "fp16": (quantization.float16_dynamic_qconfig, torch.float16)}[kind]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return quantization.quantize_dynamic(nn.Sequential(linear), {nn.Linear: qconfig}, dtype=dtype)
+    """``linear`` as torch.ao's dynamic-quantized Linear, as ``--quantize`` makes it (``linear`` stays fp32)."""
+    wrapper = nn.Sequential(linear)
+    quantize_linear_layers(wrapper, kind)  # replaces the wrapper's child, not ``linear`` itself
+    return wrapper
 
 
 def main() -> None:

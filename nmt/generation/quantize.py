@@ -32,7 +32,7 @@ from nmt.generation.ensemble import EnsembleModel
 KINDS = {"int8": ("per_channel_dynamic_qconfig", torch.qint8), "fp16": ("float16_dynamic_qconfig", torch.float16)}
 
 
-def _quantize_dynamic(module: nn.Module, kind: str) -> None:
+def quantize_linear_layers(module: nn.Module, kind: str) -> None:
     """In place: every nn.Linear below ``module`` becomes a dynamic-quantized one with ``kind`` weights."""
     from torch.ao import quantization
 
@@ -58,7 +58,7 @@ def quantize_models(ens: EnsembleModel, kind: str) -> EnsembleModel:
         weight = decoder.output_weight.detach()  # (V, C), the embedding matrix itself when tied
         projection = nn.Sequential(nn.Linear(weight.size(1), weight.size(0), bias=False))
         projection[0].weight = nn.Parameter(weight.clone(), requires_grad=False)  # a copy: the embeddings stay fp32
-        _quantize_dynamic(m, kind)
-        _quantize_dynamic(projection, kind)
+        quantize_linear_layers(m, kind)
+        quantize_linear_layers(projection, kind)
         decoder.output_projection = projection[0]
     return ens
