@@ -7,7 +7,7 @@ count, it times, in one process and taking turns:
 - ``F.linear`` in fp32 (what nmt-generate runs),
 - reading the weight matrix once (``W.sum()``; from the cache when it fits, as the peer model's 10 MB output
   matrix fits this CPU's 32 MB L3): the least a product that streamed its weights would cost,
-- torch.ao's dynamic-quantized Linear with int8 and with fp16 weights (``--quantize int8`` / ``fp16``),
+- fbgemm's packed products with int8 and with fp16 weights (``--quantize int8`` / ``fp16``, ``PackedLinear``),
 
 each the median of ``--repeats`` blocks of calls. On 2026-11-24's 2-core EPYC (AVX2, torch 2.13.0, MKL)
 fp32 ``F.linear`` of the output projection took 9x the weight read for 5 rows and ran at 36 GFLOP/s, against
@@ -43,7 +43,7 @@ def median_ms(fn: Callable[[torch.Tensor], object], arg: torch.Tensor, calls: in
 
 
 def quantized(linear: nn.Linear, kind: str) -> nn.Module:
-    """``linear`` as torch.ao's dynamic-quantized Linear, as ``--quantize`` makes it (``linear`` stays fp32)."""
+    """``linear`` as the ``PackedLinear`` that ``--quantize`` makes it (``linear`` stays fp32)."""
     wrapper = nn.Sequential(linear)
     quantize_linear_layers(wrapper, kind)  # replaces the wrapper's child, not ``linear`` itself
     return wrapper

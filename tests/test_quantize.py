@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
 import nmt
 from model_folder_setup import detokenized
 from nmt.cli.generate import main as generate_main
+from nmt.generation.quantize import PackedLinear
 from test_generate_setup import call_cli
 
 KINDS = {"int8": torch.qint8, "fp16": torch.float16}
@@ -33,10 +33,10 @@ def test_every_linear_layer_and_the_output_projection_are_quantized(fp32, quanti
     kind, loaded = quantized
     model = loaded.ens.models[0]
     assert not any(type(m) is torch.nn.Linear for m in model.modules())
-    assert isinstance(model.decoder.output_projection, DynamicLinear)
-    dynamic = [m for m in model.modules() if isinstance(m, DynamicLinear)]
+    assert isinstance(model.decoder.output_projection, PackedLinear)
+    dynamic = [m for m in model.modules() if isinstance(m, PackedLinear)]
     assert len(dynamic) == sum(isinstance(m, torch.nn.Linear) for m in fp32.ens.models[0].modules()) + 1
-    assert {m._packed_params.dtype for m in dynamic} == {KINDS[kind]}  # what the packed weights hold
+    assert {m.dtype for m in dynamic} == {KINDS[kind]}  # what the packed weights hold
     # the embeddings stay fp32 and equal to the float model's
     assert torch.equal(model.decoder.embed_tokens.weight, fp32.ens.models[0].decoder.embed_tokens.weight)
 
