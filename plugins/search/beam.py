@@ -199,9 +199,9 @@ class BeamSearch(Search):
             beams.n_done += take.sum(1)
         sent_steps = step_of[first_row.squeeze(1)]  # (n,)
         done = (beams.n_done >= k) | (beams.row_max[first_row.squeeze(1)] <= sent_steps)  # (n,)
-        results = [(beams.ids[i], self._best(beams.finished[i])) for i in torch.nonzero(done).squeeze(1).tolist()]
-        keep = ~done  # (n,)
-        if not bool(keep.any()):
+        leaving = torch.nonzero(done).squeeze(1).tolist()
+        results = [(beams.ids[i], self._best(beams.finished[i])) for i in leaving]
+        if len(leaving) == n:
             return None, results
 
         # The beam best non-eos candidates continue (at most k of the 2k are eos).
@@ -211,23 +211,32 @@ class BeamSearch(Search):
             fill = k - sel_pos.size(1)
             sel_pos = torch.cat([sel_pos, sel_pos[:, :1].expand(n, fill)], 1)
             sel_scores = torch.cat([sel_scores, torch.full((n, fill), NEG_INF)], 1)
-        rows = cand_rows.gather(1, sel_pos)[keep].view(-1)  # (n'*k,) parents of the new beams
-        kept = torch.nonzero(keep).squeeze(1)  # (n',)
-        drop = int(beams.pads[rows].min()) if not bool(keep.all()) else 0  # columns no remaining row owns
+        rows, tokens = cand_rows.gather(1, sel_pos), cand_tokens.gather(1, sel_pos)  # (n, k) parents, next tokens
         share = ens.can_share_encoder  # encoder-side rows: one per sentence, or one per beam
-        if first:  # one row per sentence so far: each becomes its k beams
+        if not leaving:  # the usual step: every sentence goes on
+            rows = rows.view(-1)  # (n*k,)
+            if first:  # one row per sentence so far: each becomes its k beams
+                states = ens.reorder_states(beams.states, rows, keep_encoder=share)
+                encs = beams.encs if share else ens.reorder_encoder(beams.encs, rows)
+            else:  # beams re-ranked within their sentences
+                states = ens.reorder_states(beams.states, rows, keep_encoder=True)
+                encs = beams.encs
+            fields = beams.extended_fields(rows, tokens.view(-1), sel_scores.view(-1), 0, encs, states)
+            return Beams(**fields, ids=beams.ids, n_done=beams.n_done, finished=beams.finished), results
+
+        keep = ~done  # (n,)
+        rows = rows[keep].view(-1)  # (n'*k,)
+        kept = torch.nonzero(keep).squeeze(1)  # (n',)
+        drop = int(beams.pads[rows].min())  # columns no remaining row owns
+        if first:
             states = ens.reorder_states(beams.states, rows, keep_encoder=share)
             encs = beams.encs if share else ens.reorder_encoder(beams.encs, rows)
-        elif bool(keep.all()):  # beams re-ranked within their sentences
-            states = ens.reorder_states(beams.states, rows, keep_encoder=True)
-            encs = beams.encs
-        else:  # sentences left: the encoder output and its cache lose their rows
+        else:  # the encoder output and its cache lose the rows of the sentences that left
             enc_rows = kept if share else self._rows_of(kept)
             states = ens.reorder_states(beams.states, rows, encoder_order=enc_rows, drop_left=drop)
             encs = ens.reorder_encoder(beams.encs, enc_rows)
         kept_list = kept.tolist()
-        fields = beams.extended_fields(rows, cand_tokens.gather(1, sel_pos)[keep].view(-1),
-                                       sel_scores[keep].view(-1), drop, encs, states)
+        fields = beams.extended_fields(rows, tokens[keep].view(-1), sel_scores[keep].view(-1), drop, encs, states)
         return Beams(**fields, ids=[beams.ids[i] for i in kept_list], n_done=beams.n_done[keep],
                      finished=[beams.finished[i] for i in kept_list]), results
 
