@@ -211,32 +211,28 @@ class BeamSearch(Search):
             fill = k - sel_pos.size(1)
             sel_pos = torch.cat([sel_pos, sel_pos[:, :1].expand(n, fill)], 1)
             sel_scores = torch.cat([sel_scores, torch.full((n, fill), NEG_INF)], 1)
-        rows, tokens = cand_rows.gather(1, sel_pos), cand_tokens.gather(1, sel_pos)  # (n, k) parents, next tokens
+        rows, tokens, scores = cand_rows.gather(1, sel_pos), cand_tokens.gather(1, sel_pos), sel_scores  # (n, k)
+        if leaving:  # (most steps have none: they skip these masks and copies)
+            keep = ~done  # (n,)
+            kept = torch.nonzero(keep).squeeze(1)  # (n',)
+            rows, tokens, scores = rows[keep], tokens[keep], scores[keep]  # (n', k)
+        rows = rows.view(-1)  # (n'*k,) parents of the new beams
+        drop = int(beams.pads[rows].min()) if leaving else 0  # columns no remaining row owns
         share = ens.can_share_encoder  # encoder-side rows: one per sentence, or one per beam
-        if not leaving:  # the usual step: every sentence goes on
-            rows = rows.view(-1)  # (n*k,)
-            if first:  # one row per sentence so far: each becomes its k beams
-                states = ens.reorder_states(beams.states, rows, keep_encoder=share)
-                encs = beams.encs if share else ens.reorder_encoder(beams.encs, rows)
-            else:  # beams re-ranked within their sentences
-                states = ens.reorder_states(beams.states, rows, keep_encoder=True)
-                encs = beams.encs
-            fields = beams.extended_fields(rows, tokens.view(-1), sel_scores.view(-1), 0, encs, states)
-            return Beams(**fields, ids=beams.ids, n_done=beams.n_done, finished=beams.finished), results
-
-        keep = ~done  # (n,)
-        rows = rows[keep].view(-1)  # (n'*k,)
-        kept = torch.nonzero(keep).squeeze(1)  # (n',)
-        drop = int(beams.pads[rows].min())  # columns no remaining row owns
-        if first:
+        if first:  # one row per sentence so far: each becomes its k beams
             states = ens.reorder_states(beams.states, rows, keep_encoder=share)
             encs = beams.encs if share else ens.reorder_encoder(beams.encs, rows)
-        else:  # the encoder output and its cache lose the rows of the sentences that left
+        elif not leaving:  # beams re-ranked within their sentences
+            states = ens.reorder_states(beams.states, rows, keep_encoder=True)
+            encs = beams.encs
+        else:  # sentences left: the encoder output and its cache lose their rows
             enc_rows = kept if share else self._rows_of(kept)
             states = ens.reorder_states(beams.states, rows, encoder_order=enc_rows, drop_left=drop)
             encs = ens.reorder_encoder(beams.encs, enc_rows)
+        fields = beams.extended_fields(rows, tokens.view(-1), scores.view(-1), drop, encs, states)
+        if not leaving:
+            return Beams(**fields, ids=beams.ids, n_done=beams.n_done, finished=beams.finished), results
         kept_list = kept.tolist()
-        fields = beams.extended_fields(rows, tokens[keep].view(-1), sel_scores[keep].view(-1), drop, encs, states)
         return Beams(**fields, ids=[beams.ids[i] for i in kept_list], n_done=beams.n_done[keep],
                      finished=[beams.finished[i] for i in kept_list]), results
 
