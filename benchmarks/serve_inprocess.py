@@ -51,7 +51,9 @@ def timed(totals: Totals) -> None:
 
         setattr(cls, name, run)
 
-    wrap(BeamSearch, "_advance", lambda args: " (long outputs)" if len(args[1].ids) <= 2 else " (main)")
+    # the long outputs' batch is not visible from here: steps of 1-2 sentences are mostly its steps (and a batch's
+    # last few sentences), steps of more are the main batch's
+    wrap(BeamSearch, "_advance", lambda args: " (1-2 sentences)" if len(args[1].ids) <= 2 else " (3+ sentences)")
     for name in ("_start", "_merge", "_split_long"):
         wrap(BeamSearch, name)
     for name in ("encode", "step", "reorder_states"):

@@ -32,6 +32,10 @@ from nmt.generation.ensemble import EnsembleModel
 # the weight types --quantize offers: torch.ao's qconfig name and weight dtype for each
 KINDS = {"int8": ("per_channel_dynamic_qconfig", torch.qint8), "fp16": ("float16_dynamic_qconfig", torch.float16)}
 
+# fbgemm's kernels, called without torch.ops' per-call overload lookup
+_FP16 = torch.ops.quantized.linear_dynamic_fp16.default
+_INT8 = torch.ops.quantized.linear_dynamic.default
+
 
 class PackedLinear(nn.Module):
     """A linear layer whose weights and bias fbgemm holds packed (int8 or fp16), for fp32 inputs (..., in)
@@ -51,10 +55,6 @@ class PackedLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, dtype={self.dtype}"
-
-
-_FP16 = torch.ops.quantized.linear_dynamic_fp16.default
-_INT8 = torch.ops.quantized.linear_dynamic.default
 
 
 def quantize_linear_layers(module: nn.Module, kind: str) -> None:
