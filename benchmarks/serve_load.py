@@ -8,7 +8,7 @@ reports, loading excluded: the stricter comparison; run just before each level).
 13-token sentence sent alone, repeatedly, with the server's beam and greedy.
 
     python benchmarks/serve_load.py                      # the peer fairseq model, imported and exported
-    python benchmarks/serve_load.py --model MODEL_DIR --data DATA_BIN [--beam 5] [--threads 2]
+    python benchmarks/serve_load.py --model MODEL_DIR --data DATA_BIN [--beam 5] [--threads 2] [--workers 2]
 """
 
 from __future__ import annotations
@@ -66,9 +66,10 @@ def generate_speed(model: Path, data: Path, beam: int, threads: int, quantize: s
 
 
 class Server:
-    def __init__(self, model: Path, beam: int, threads: int, quantize: str = "none"):
+    def __init__(self, model: Path, beam: int, threads: int, quantize: str = "none", workers: int = 1):
         self.process = subprocess.Popen([*cli("nmt-serve"), str(model), "--port", "0", "--beam", str(beam),
-                                         "--threads", str(threads), "--quantize", quantize],
+                                         "--threads", str(max(1, threads // workers)), "--workers", str(workers),
+                                         "--quantize", quantize],
                                         stderr=subprocess.PIPE, text=True)
         assert self.process.stderr is not None
         line = ""
@@ -148,14 +149,16 @@ def percentile(values: list[float], q: float) -> float:
               "fairseq model, imported and exported into a temporary folder].")
 @click.option("--data", type=click.Path(exists=True, file_okay=False), help="The data-bin of --model's test split.")
 @click.option("--beam", default=5, show_default=True)
-@click.option("--threads", default=2, show_default=True, help="torch threads of the server and of nmt-generate.")
+@click.option("--threads", default=2, show_default=True, help="torch threads of nmt-generate and of the server (in "
+              "all: each of its --workers processes gets its share).")
+@click.option("--workers", default=1, show_default=True, help="nmt-serve --workers: server processes.")
 @click.option("--quantize", default="none", show_default=True, type=click.Choice(["none", "int8", "fp16"]),
               help="--quantize of the server and of nmt-generate.")
 @click.option("--clients", default="1,8,32,64", show_default=True)
 @click.option("--requests", "max_requests", default=1000, show_default=True, help="Requests per level at most.")
 @click.option("--seconds", "max_seconds", default=60.0, show_default=True, help="Seconds per level at most.")
 @click.option("--latency-requests", default=50, show_default=True)
-def main(model: str | None, data: str | None, beam: int, threads: int, quantize: str, clients: str,
+def main(model: str | None, data: str | None, beam: int, threads: int, workers: int, quantize: str, clients: str,
          max_requests: int, max_seconds: float, latency_requests: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if model is None:
@@ -166,9 +169,9 @@ def main(model: str | None, data: str | None, beam: int, threads: int, quantize:
             model_dir, data_dir = Path(model), Path(data)
         with gzip.open(RAW_TEST, "rt", encoding="utf-8") as f:
             sentences = [line.rstrip("\n") for line in f]
-        server = Server(model_dir, beam, threads, quantize)
+        server = Server(model_dir, beam, threads, quantize, workers)
         try:
-            print(f"beam {beam}, {threads} threads, --quantize {quantize}; nmt-generate --batch-size 128 (search time) "
+            print(f"beam {beam}, {threads} threads, --quantize {quantize}, nmt-serve --workers {workers}; nmt-generate --batch-size 128 (search time) "
                   "runs just before each level, while the server idles: this machine's speed drifts, so each share "
                   "compares neighbours")
             print("| clients | sentences/s | nmt-generate | share of nmt-generate | p50 latency | p95 latency "

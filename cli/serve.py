@@ -1,15 +1,14 @@
 """Serve a model over HTTP (nmt-serve MODEL_DIR [--host 127.0.0.1] [--port 5000]): OpenNMT-py's
 POST /translate, nmt's POST /v1/translate, GET /health, GET /models, OpenAPI docs at /docs, and a page
 at / that translates and draws the encoder-decoder attention. Concurrent requests are batched together.
-SIGTERM or Ctrl-C lets in-flight requests finish, then exits 0."""
+With --workers N, N processes share the port, each with its own copy of the model (more sentences per
+second from many concurrent clients on a CPU). SIGTERM or Ctrl-C lets in-flight requests finish, then
+exits 0."""
 
 from __future__ import annotations
 
 import errno
-import signal
 import socket
-import threading
-from typing import Any
 
 import click
 
@@ -45,54 +44,37 @@ def listening_socket(host: str, port: int) -> socket.socket:
 def run(cfg: ServeJob) -> None:
     try:
         import fastapi  # noqa: F401  (nmt.serve.app is built on it)
-        import uvicorn
+        import uvicorn  # noqa: F401
     except ImportError:
         raise UsageError("nmt-serve needs FastAPI and uvicorn: pip install 'nmt[serve]'") from None
 
-    from nmt.api import load
-    from nmt.generation.inference import model_and_data
-    from nmt.serve.app import TranslationService, build_app
-    from nmt.serve.batcher import DynamicBatcher
+    from nmt.hardware import usable_cores
+    from nmt.serve.process import model_location, serve
+    from nmt.serve.workers import WorkerPool
 
-    data, path = model_and_data(cfg.data, cfg.inference.path)
-    if not data or not path:
-        raise UsageError("MODEL_DIR is required: a model folder written by nmt-export (or DATA --path CKPT)")
+    path, _ = model_location(cfg)
     sock = listening_socket(cfg.host, cfg.port)
-    model = load(path, data, bf16=cfg.inference.bf16, quantize=cfg.inference.quantize, threads=cfg.inference.threads,
-                 seed=cfg.common.seed)
-    batcher = DynamicBatcher(model, max_tokens=cfg.inference.max_tokens or 8192,
-                             max_sentences=cfg.inference.batch_size or 128,
-                             wait_seconds=cfg.batch_wait_ms / 1000, max_queue=cfg.max_queue)
-    service = TranslationService(model, batcher, cfg)
-    service.search({})  # the default search is checked before the first request
-    app = build_app(service, start_batcher=False)
     host, port = sock.getsockname()[:2]
     root = cfg.route_prefix()
     shown = f"[{host}]" if ":" in host else host
-    click.echo(f"nmt-serve: {model.source_lang}->{model.target_lang} model {path} on http://{shown}:{port}{root}/ "
-               f"(POST {root}/translate, POST {root}/v1/translate, docs at {root}/docs)", err=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                                           timeout_graceful_shutdown=int(cfg.drain_seconds)))
 
-    def http() -> None:  # uvicorn in a thread; it drains on should_exit, then its lifespan closes the batcher
-        try:
-            server.run(sockets=[sock])
-        finally:
-            batcher.close(0)
+    def announce(source_lang: str, target_lang: str) -> None:
+        processes = f" in {cfg.workers} processes" if cfg.workers > 1 else ""
+        click.echo(f"nmt-serve: {source_lang}->{target_lang} model {path}{processes} on http://{shown}:{port}{root}/ "
+                   f"(POST {root}/translate, POST {root}/v1/translate, docs at {root}/docs)", err=True)
 
-    def stop(signum: int, frame: Any) -> None:
-        server.should_exit = True
-
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    thread = threading.Thread(target=http, name="nmt-http", daemon=True)
-    try:
-        thread.start()
-        batcher.run()  # the searches, in the main thread (see DynamicBatcher.run), until the server stops
-        thread.join()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    click.echo(f"nmt-serve: stopped after {batcher.stats.sentences} sentences", err=True)
+    if cfg.workers == 1:
+        served = serve(cfg, sock, lambda model: announce(model.source_lang, model.target_lang))
+    else:
+        if not cfg.inference.threads:  # the cores shared out, as nmt-train does among its processes
+            cfg.inference.threads = max(1, usable_cores() // cfg.workers)
+        pool = WorkerPool(cfg, sock, announce, lambda line: click.echo(line, err=True))
+        served = pool.run()
+        if pool.lost:
+            click.echo(f"nmt-serve: stopped after {served} sentences, not counting those of the {pool.lost} "
+                       "worker(s) that died", err=True)
+            return
+    click.echo(f"nmt-serve: stopped after {served} sentences", err=True)
 
 
 main = config_command("nmt-serve", ServeJob, run, help=__doc__, arguments={"data": "data"})

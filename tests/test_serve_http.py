@@ -2,13 +2,18 @@
 
 Translations equal nmt-generate's, 32 concurrent clients all get theirs, every bad request is a 4xx JSON
 error after which the server still answers /health, a full queue is a 503 with Retry-After, and SIGTERM
-lets in-flight requests finish before the process exits 0."""
+lets in-flight requests finish before the process exits 0; with --workers, the processes translate alike, one
+that dies is replaced, and one that cannot load the model stops the server with one line."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from served_model import cli_command, export_peer_model, http, raw_test_sentences, serve
@@ -197,3 +202,91 @@ def test_sigterm_lets_in_flight_requests_finish_then_exits_0(peer):
         t.join()
     assert code == 0
     assert results == [200] * 4
+
+
+def worker_pids(server) -> list[int]:
+    """The pids of nmt-serve --workers' server processes (its spawned children, not multiprocessing's tracker)."""
+    pid = server.process.pid
+    found = []
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        try:
+            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(int(child))
+        except FileNotFoundError:  # it has just ended
+            pass
+    return sorted(found)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads the process tree from /proc")
+def test_workers_translate_alike_and_a_killed_one_is_replaced(peer, generated):
+    _, _, model = peer
+    from served_model import Server
+
+    sources, best = generated
+    raw = raw_test_sentences(24)
+    expected = {k: best[k] for k in range(len(raw))}
+    srv = Server([str(model), "--workers", "2", *LIMITS])
+    try:
+        first = worker_pids(srv)
+        assert len(first) == 2
+
+        def check_concurrently() -> None:
+            found: dict[int, str] = {}
+
+            def client(k: int) -> None:  # a new connection per request: the workers share them out
+                status, body, _ = http(srv.base + "/v1/translate", {"text": [raw[k]], "beam": 5}, timeout=300)
+                assert status == 200, body
+                found[k] = body["translations"][0]["hypotheses"][0]["text"]
+
+            threads = [threading.Thread(target=client, args=(k,)) for k in range(len(raw))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            same = [k for k in expected if found.get(k) == expected[k]]
+            assert len(same) >= len(raw) - 2, (found, expected)  # a raw line's Moses+BPE may differ from its S- line
+
+        check_concurrently()
+        os.kill(first[0], signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (first[0] in worker_pids(srv) or len(worker_pids(srv)) < 2):
+            time.sleep(0.2)
+        assert first[0] not in worker_pids(srv) and len(worker_pids(srv)) == 2
+        check_concurrently()  # the other worker answers while the new one loads, then both do
+        assert_still_serving(srv)
+    finally:
+        code = srv.stop()
+    errors = srv.process.stderr.read() if srv.process.stderr else ""
+    assert code == 0, errors
+    assert "worker 0 exited with code -9; starting another" in errors
+    assert "stopped after" in errors and "1 worker(s) that died" in errors
+    assert not any(Path(f"/proc/{pid}").exists() for pid in first)
+
+
+def test_workers_that_cannot_load_the_model_stop_the_server_with_one_line(peer, tmp_path):
+    _, _, model = peer
+    broken = tmp_path / "model"
+    shutil.copytree(model, broken)
+    with open(broken / "model.safetensors", "r+b") as f:
+        f.truncate(1000)
+    done = subprocess.run([*cli_command("nmt-serve"), str(broken), "--workers", "2", "--port", "0"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "model.safetensors" in lines[0] and "export the model again" in lines[0], done.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads the process tree from /proc")
+def test_workers_stop_when_their_parent_is_killed(peer):
+    _, _, model = peer
+    from served_model import Server
+
+    srv = Server([str(model), "--workers", "2"])
+    workers = worker_pids(srv)
+    assert len(workers) == 2
+    srv.process.kill()  # SIGKILL: the parent cannot pass anything on
+    srv.process.wait(30)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in workers):
+        time.sleep(0.2)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
