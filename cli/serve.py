@@ -48,7 +48,7 @@ def run(cfg: ServeJob) -> None:
     except ImportError:
         raise UsageError("nmt-serve needs FastAPI and uvicorn: pip install 'nmt[serve]'") from None
 
-    from nmt.hardware import usable_cores
+    from nmt.hardware import cores_per_process
     from nmt.serve.process import model_location, serve
     from nmt.serve.workers import WorkerPool
 
@@ -63,18 +63,16 @@ def run(cfg: ServeJob) -> None:
         click.echo(f"nmt-serve: {source_lang}->{target_lang} model {path}{processes} on http://{shown}:{port}{root}/ "
                    f"(POST {root}/translate, POST {root}/v1/translate, docs at {root}/docs)", err=True)
 
+    lost = 0  # workers that died while serving: their sentences are not counted
     if cfg.workers == 1:
         served = serve(cfg, sock, lambda model: announce(model.source_lang, model.target_lang))
     else:
         if not cfg.inference.threads:  # the cores shared out, as nmt-train does among its processes
-            cfg.inference.threads = max(1, usable_cores() // cfg.workers)
+            cfg.inference.threads = cores_per_process(cfg.workers)
         pool = WorkerPool(cfg, sock, announce, lambda line: click.echo(line, err=True))
-        served = pool.run()
-        if pool.lost:
-            click.echo(f"nmt-serve: stopped after {served} sentences, not counting those of the {pool.lost} "
-                       "worker(s) that died", err=True)
-            return
-    click.echo(f"nmt-serve: stopped after {served} sentences", err=True)
+        served, lost = pool.run(), pool.lost
+    died = f", not counting those of the {lost} worker(s) that died" if lost else ""
+    click.echo(f"nmt-serve: stopped after {served} sentences{died}", err=True)
 
 
 main = config_command("nmt-serve", ServeJob, run, help=__doc__, arguments={"data": "data"})

@@ -43,7 +43,7 @@ from nmt.config.common import CommonConfig
 from nmt.config.fields import opt
 from nmt.errors import NmtError, UsageError
 from nmt.fileio import atomic_write_text
-from nmt.hardware import native_bf16, usable_cores
+from nmt.hardware import cores_per_process, native_bf16
 
 # The quickstart's model and recipe (scripts/quickstart.sh), minus its time bound and interval checkpoints.
 BASE_FLAGS = ["--arch", "transformer_tiny", "--encoder-layers", "3", "--decoder-layers", "3",
@@ -194,7 +194,7 @@ def precision_flags(precision: str) -> list[str]:
 def thread_flags(option: str, share: int) -> list[str]:
     """``option`` (nmt-train's --num-threads, nmt-generate's --threads) giving one of ``share`` processes that run
     at once its part of the cores; nothing for a process alone (the tools' own default uses them all)."""
-    return [] if share == 1 else [option, str(max(1, usable_cores() // share))]
+    return [] if share == 1 else [option, str(cores_per_process(share))]
 
 
 def run_dir(job: AblationJob, name: str, seed: int) -> Path:

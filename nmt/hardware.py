@@ -14,6 +14,11 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+def cores_per_process(processes: int) -> int:
+    """Each of ``processes`` processes running at once on this machine gets its share of the cores (at least one)."""
+    return max(1, usable_cores() // max(1, processes))
+
+
 def native_bf16(device: str = "cpu") -> bool:
     """True when bf16 matrix products run natively on ``device`` ("cpu" or "cuda[:N]")."""
     if device.startswith("cuda"):

@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from nmt.config.train import DistributedTrainingConfig
 from nmt.errors import ConfigError, NmtError
-from nmt.hardware import usable_cores
+from nmt.hardware import cores_per_process
 from nmt.training import preemption
 
 
@@ -97,7 +97,7 @@ def set_threads(cfg: DistributedTrainingConfig, local_world_size: int) -> None:
     if cfg.num_threads > 0:
         torch.set_num_threads(cfg.num_threads)
         return
-    torch.set_num_threads(max(1, usable_cores() // max(1, local_world_size)))
+    torch.set_num_threads(cores_per_process(local_world_size))
 
 
 def init(cfg: DistributedTrainingConfig) -> DistributedContext:
