@@ -3,7 +3,8 @@ linear layers and the output projection), attention, the log-softmax over the vo
 cache reordering, other operations, and Python (with the dispatcher) between them.
 
 The search is nmt-generate's (the same batches, the same streaming schedule) on the imported fairseq
-peer model and test_2016_flickr, in fp32 unless ``--quantize int8`` (or ``fp16``). Three scopes are timed apart:
+peer model and test_2016_flickr, in fp32 unless ``--bf16`` or ``--quantize int8`` (or ``fp16``).
+Three scopes are timed apart:
 the encoder (``EnsembleModel.encode``), the decoder step (``EnsembleModel.step``: embedding, layers,
 output projection, log-softmax) and the search's own work around it (choosing beams, reordering,
 finishing hypotheses). Inside each scope every ATen operator's *self* time is put into a category by
@@ -15,7 +16,7 @@ With ``--ctranslate2`` the same weights also run in CTranslate2 (exported by
 ``nmt.interop.ctranslate2_export``, same beam, batch and threads), for its time per sentence beside ours.
 
     python benchmarks/decoder_step_profile.py [--beam 5] [--batch-size 128] [--threads 2]
-        [--quantize int8|fp16] [--ctranslate2]
+        [--bf16 | --quantize int8|fp16] [--ctranslate2]
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--quantize", choices=["none", "int8", "fp16"], default="none")
+    ap.add_argument("--bf16", action="store_true", help="weights and activations in bfloat16, as nmt-generate --bf16")
     ap.add_argument("--ctranslate2", action="store_true", help="time CTranslate2 on the same weights too")
     args = ap.parse_args()
 
@@ -102,7 +104,8 @@ def main() -> None:
     data_dir, model = peer.import_peer(Path(args.peer), work)
     cfg = OmegaConf.to_object(resolve_config(GenerateJob, overrides=[
         f"data={data_dir}", f"inference.path={model}", f"generation.beam={args.beam}",
-        f"inference.threads={args.threads}", f"inference.quantize={args.quantize}"]))
+        f"inference.threads={args.threads}", f"inference.quantize={args.quantize}",
+        f"inference.bf16={args.bf16}"]))
     data = open_data_dir(cfg.data, None, None)
     dataset = load_language_pair(str(data.path), "test", data.src, data.tgt)
     vocab = len(data.tgt_dict)
@@ -144,8 +147,9 @@ def main() -> None:
     own = {"encoder": wall["encoder"], "decoder step": wall["decoder step"],
            "search": wall["search"] - wall["encoder"] - wall["decoder step"]}
     total = wall["search"]
+    precision = "bf16" if args.bf16 else "fp32" if args.quantize == "none" else args.quantize
     print(f"test_2016_flickr, {len(dataset)} sentences, beam {args.beam}, batch {args.batch_size}, "
-          f"{args.threads} threads, {'fp32' if args.quantize == 'none' else args.quantize}, {steps} decoder steps")
+          f"{args.threads} threads, {precision}, {steps} decoder steps")
     print(f"search: {plain:.2f} s unprofiled ({len(dataset) / plain:.1f} sentences/s, "
           f"{1000 * plain / steps:.2f} ms per step), {profiled:.2f} s under the profiler")
     print("| scope | share | ms per step (profiled) |")

@@ -4,8 +4,9 @@ A real server on localhost (``nmt-serve MODEL --port 0``) gets test_2016_flickr 
 request (OpenNMT-py's POST /translate), from 1, 8, 32 and 64 concurrent clients, each level bounded in
 requests and seconds; each client keeps one HTTP/1.1 connection. Printed per level: sentences/s, p50 and
 p95 latency, and sentences/s as a share of ``nmt-generate --batch-size 128``'s (the search time it
-reports, loading excluded: the stricter comparison; run just before each level). Then the latency of one
-13-token sentence sent alone, repeatedly, with the server's beam and greedy.
+reports, loading excluded: the stricter comparison; run just before each level, with the server stopped
+meanwhile). Then the latency of one 13-token sentence sent alone, repeatedly, with the server's beam and
+greedy.
 
     python benchmarks/serve_load.py                      # the peer fairseq model, imported and exported
     python benchmarks/serve_load.py --model MODEL_DIR --data DATA_BIN [--beam 5] [--threads 2] [--workers 2]
@@ -13,17 +14,21 @@ reports, loading excluded: the stricter comparison; run just before each level).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.client
 import json
+import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -55,10 +60,14 @@ def prepare_peer(folder: Path) -> tuple[Path, Path]:
     return model, data
 
 
-def generate_speed(model: Path, data: Path, beam: int, threads: int, quantize: str) -> float:
+def precision_flags(quantize: str, bf16: bool) -> list[str]:
+    """The precision options nmt-generate and nmt-serve both take."""
+    return ["--bf16"] if bf16 else ["--quantize", quantize]
+
+
+def generate_speed(model: Path, data: Path, beam: int, threads: int, precision: list[str]) -> float:
     done = subprocess.run([*cli("nmt-generate"), str(data), "--path", str(model), "--gen-subset", "test", "--beam",
-                           str(beam), "--batch-size", "128", "--threads", str(threads), "--quantize", quantize,
-                           "--quiet"],
+                           str(beam), "--batch-size", "128", "--threads", str(threads), *precision, "--quiet"],
                           capture_output=True, text=True, check=True)
     found = SPEED.search(done.stdout + done.stderr)
     assert found, done.stdout + done.stderr
@@ -66,11 +75,11 @@ def generate_speed(model: Path, data: Path, beam: int, threads: int, quantize: s
 
 
 class Server:
-    def __init__(self, model: Path, beam: int, threads: int, quantize: str = "none", workers: int = 1):
+    def __init__(self, model: Path, beam: int, threads: int, precision: list[str], workers: int = 1):
         self.process = subprocess.Popen([*cli("nmt-serve"), str(model), "--port", "0", "--beam", str(beam),
                                          "--threads", str(max(1, threads // workers)), "--workers", str(workers),
-                                         "--quantize", quantize],
-                                        stderr=subprocess.PIPE, text=True)
+                                         *precision],
+                                        stderr=subprocess.PIPE, text=True, start_new_session=True)
         assert self.process.stderr is not None
         line = ""
         while "http://" not in line:
@@ -90,6 +99,17 @@ class Server:
             except OSError:
                 time.sleep(0.2)
         sys.exit("serve_load: nmt-serve did not answer /health")
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The server and its workers stopped (SIGSTOP) meanwhile: a server that has just served a level keeps
+        working for a while (measured: nmt-generate beside an idle `--workers 2` server that had just started ran
+        7-13% slower than alone), and nmt-generate's figure is the yardstick, so it runs alone."""
+        os.killpg(self.process.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.killpg(self.process.pid, signal.SIGCONT)
 
     def stop(self) -> None:
         self.process.terminate()
@@ -154,11 +174,13 @@ def percentile(values: list[float], q: float) -> float:
 @click.option("--workers", default=1, show_default=True, help="nmt-serve --workers: server processes.")
 @click.option("--quantize", default="none", show_default=True, type=click.Choice(["none", "int8", "fp16"]),
               help="--quantize of the server and of nmt-generate.")
+@click.option("--bf16", is_flag=True, help="--bf16 for the server and nmt-generate (instead of --quantize).")
 @click.option("--clients", default="1,8,32,64", show_default=True)
 @click.option("--requests", "max_requests", default=1000, show_default=True, help="Requests per level at most.")
 @click.option("--seconds", "max_seconds", default=60.0, show_default=True, help="Seconds per level at most.")
 @click.option("--latency-requests", default=50, show_default=True)
-def main(model: str | None, data: str | None, beam: int, threads: int, workers: int, quantize: str, clients: str,
+def main(model: str | None, data: str | None, beam: int, threads: int, workers: int, quantize: str, bf16: bool,
+         clients: str,
          max_requests: int, max_seconds: float, latency_requests: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if model is None:
@@ -169,16 +191,21 @@ def main(model: str | None, data: str | None, beam: int, threads: int, workers: 
             model_dir, data_dir = Path(model), Path(data)
         with gzip.open(RAW_TEST, "rt", encoding="utf-8") as f:
             sentences = [line.rstrip("\n") for line in f]
-        server = Server(model_dir, beam, threads, quantize, workers)
+        if bf16 and quantize != "none":
+            sys.exit("serve_load: --bf16 and --quantize: choose one")
+        precision = precision_flags(quantize, bf16)
+        server = Server(model_dir, beam, threads, precision, workers)
         try:
-            print(f"beam {beam}, {threads} threads, --quantize {quantize}, nmt-serve --workers {workers}; nmt-generate --batch-size 128 (search time) "
-                  "runs just before each level, while the server idles: this machine's speed drifts, so each share "
+            print(f"beam {beam}, {threads} threads, {' '.join(precision)}, nmt-serve --workers {workers}; "
+                  "nmt-generate --batch-size 128 (search time) runs just before each level, while the server is "
+                  "stopped: this machine's speed drifts, so each share "
                   "compares neighbours")
             print("| clients | sentences/s | nmt-generate | share of nmt-generate | p50 latency | p95 latency "
                   "| errors |")
             print("|---:|---:|---:|---:|---:|---:|---:|")
             for n in (int(c) for c in clients.split(",")):
-                batch_speed = generate_speed(model_dir, data_dir, beam, threads, quantize)
+                with server.paused():
+                    batch_speed = generate_speed(model_dir, data_dir, beam, threads, precision)
                 speed, latencies, errors = load_level(server, sentences, n, max_requests, max_seconds)
                 print(f"| {n} | {speed:.1f} | {batch_speed:.1f} | {speed / batch_speed:.0%} "
                       f"| {percentile(latencies, 0.5) * 1000:.0f} ms | {percentile(latencies, 0.95) * 1000:.0f} ms "
