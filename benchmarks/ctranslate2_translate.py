@@ -6,7 +6,8 @@ of CTranslate2 holds. Each line is fed as its tokens plus ``</s>``, as nmt's enc
 (docs/ctranslate2.md); ``--suppress`` names tokens never produced (nmt's search rules:
 ``nmt.interop.ctranslate2_export.suppressed_symbols``).
 
-    python benchmarks/ctranslate2_translate.py CT2_FOLDER test.bpe.en [--compute-type int8] [--beam 5]
+    python benchmarks/ctranslate2_translate.py CT2_FOLDER test.bpe.en [--compute-type int8] [--beam 5] [--threads 2]
+        [--inter-threads 1]
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ def main() -> None:
     ap.add_argument("--compute-type", default="float32")
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="threads per translator (intra_threads)")
+    ap.add_argument("--inter-threads", type=int, default=1, help="translators running batches at once")
     ap.add_argument("--max-len", type=int, default=200, help="nmt-generate's --max-len-b")
     ap.add_argument("--suppress", nargs="*", default=["<pad>"])
     args = ap.parse_args()
@@ -31,7 +33,7 @@ def main() -> None:
     import ctranslate2
 
     translator = ctranslate2.Translator(args.folder, device="cpu", compute_type=args.compute_type,
-                                        inter_threads=1, intra_threads=args.threads)
+                                        inter_threads=args.inter_threads, intra_threads=args.threads)
     with open(args.source, encoding="utf-8") as f:
         sources = [line.split() + ["</s>"] for line in f]
     start = time.perf_counter()

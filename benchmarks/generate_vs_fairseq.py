@@ -8,13 +8,16 @@ excluded: fairseq's "Translated ... (N sentences/s)" line, ours "translated ... 
 and so are the whole process's wall time and peak RSS. Ours runs in fp32, with ``--bf16`` and with
 ``--quantize int8`` and ``fp16``; fairseq cannot run bf16 on a CPU. When ``ctranslate2`` is importable, the same
 weights exported by ``nmt.interop.ctranslate2_export`` run in CTranslate2 too, float32 and int8
-(``ctranslate2_translate.py``: a process that imports only ctranslate2). The best hypotheses are
-compared with fairseq's (BPE removed).
+(``ctranslate2_translate.py``: a process that imports only ctranslate2), float32 also with its oneDNN backend
+(``CT2_USE_MKL=0``) beside its default one. With ``--workers N`` (default 2), ours also runs as N single-thread
+processes (``nmt-generate --workers N``, fp32 and ``--bf16``) and CTranslate2 float32 as N one-thread translators
+(its ``inter_threads``), each tool's way of spreading a split over the cores. The best hypotheses are
+compared with fairseq's (BPE removed). Peak RSS is summed over a tool's processes.
 
 fairseq comes from the venv that ``../shared/tools/peer_fairseq.sh install`` builds
 (``--fairseq-bin``; default ``~/.cache/nmt-peer/fairseq-venv/bin``).
 
-    python benchmarks/generate_vs_fairseq.py [--beams 5,1] [--repeats 2] [--threads N]
+    python benchmarks/generate_vs_fairseq.py [--beams 5,1] [--repeats 2] [--threads N] [--workers 2]
 """
 
 from __future__ import annotations
@@ -77,12 +80,12 @@ def ctranslate2_folder(model: Path, data: Path, work: Path) -> Path | None:
 
 
 def ctranslate2_command(folder: Path, source: Path, compute: str, beam: int, batch_size: int,
-                        threads: int) -> list[str]:
+                        threads: int, inter_threads: int = 1) -> list[str]:
     """``ctranslate2_translate.py`` on the BPE'd ``source``, with nmt's search rules for the imported
     model (it starts decoding from </s>, so <s> is suppressed as well as <pad>)."""
     return [sys.executable, str(HERE / "ctranslate2_translate.py"), str(folder), str(source),
             "--compute-type", compute, "--beam", str(beam), "--batch-size", str(batch_size),
-            "--threads", str(threads), "--suppress", "<pad>", "<s>"]
+            "--threads", str(threads), "--inter-threads", str(inter_threads), "--suppress", "<pad>", "<s>"]
 
 
 def hypotheses(text: str, remove_bpe: bool) -> dict[int, str]:
@@ -109,6 +112,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--threads", type=int, default=None, help="torch threads for both (default: torch's)")
+    ap.add_argument("--workers", type=int, default=2, help="processes (CTranslate2: translators) for the rows that "
+                    "spread the split over the cores, each with threads/workers threads (1: no such rows)")
     args = ap.parse_args()
     peer, fs_bin = Path(args.peer), Path(args.fairseq_bin)
     if not (fs_bin / "fairseq-generate").exists():
@@ -125,30 +130,46 @@ def main() -> None:
     print(f"model: {peer / 'checkpoint_best.pt'} (imported for nmt); test_2016_flickr, batch size "
           f"{args.batch_size}, threads {args.threads or 'default'}; search time excludes start-up"
           + ("" if ct2 else "; no ctranslate2 installed: its rows are left out"))
-    print("| beam | tool | sentences/s (runs) | whole process s | peak RSS MB | vs fairseq | hypotheses = fairseq's |")
+    print("| beam | tool | sentences/s (runs) | whole process s | peak RSS MB (all processes) | vs fairseq "
+          "| hypotheses = fairseq's |")
     print("|---|---|---|---|---|---|---|")
     for beam in [int(b) for b in args.beams.split(",")]:
-        nmt = ["nmt-generate", str(data), "--path", str(model), "--gen-subset", "test", "--beam", str(beam),
-               "--batch-size", str(args.batch_size), *threads]
-        tools = {
-            "fairseq-generate": [str(fs_bin / "fairseq-generate"), str(peer / "data-bin"), "--path",
-                                 str(peer / "checkpoint_best.pt"), "--gen-subset", "test", "--beam", str(beam),
-                                 "--batch-size", str(args.batch_size), "--cpu"],
-            "nmt-generate": nmt,
-            "nmt-generate --bf16": [*nmt, "--bf16"],
-            "nmt-generate --quantize int8": [*nmt, "--quantize", "int8"],
-            "nmt-generate --quantize fp16": [*nmt, "--quantize", "fp16"],
+        base = ["nmt-generate", str(data), "--path", str(model), "--gen-subset", "test", "--beam", str(beam),
+                "--batch-size", str(args.batch_size)]
+        nmt = [*base, *threads]
+        tools: dict[str, tuple[list[str], dict[str, str]]] = {  # name: (command, environment)
+            "fairseq-generate": ([str(fs_bin / "fairseq-generate"), str(peer / "data-bin"), "--path",
+                                  str(peer / "checkpoint_best.pt"), "--gen-subset", "test", "--beam", str(beam),
+                                  "--batch-size", str(args.batch_size), "--cpu"], env),
+            "nmt-generate": (nmt, env),
+            "nmt-generate --bf16": ([*nmt, "--bf16"], env),
+            "nmt-generate --quantize int8": ([*nmt, "--quantize", "int8"], env),
+            "nmt-generate --quantize fp16": ([*nmt, "--quantize", "fp16"], env),
         }
+        cores = args.threads or os.cpu_count() or 1
+        per = max(1, cores // args.workers)
+        if args.workers > 1:
+            spread = [*base, "--workers", str(args.workers), "--threads", str(per)]
+            tools[f"nmt-generate --workers {args.workers}"] = (spread, env)
+            tools[f"nmt-generate --bf16 --workers {args.workers}"] = ([*spread, "--bf16"], env)
+        source = peer / "test_2016_flickr.bpe.en"
         for compute in CT2_COMPUTE_TYPES if ct2 is not None else ():
-            tools[f"CTranslate2 {compute}"] = ctranslate2_command(
-                ct2, peer / "test_2016_flickr.bpe.en", compute, beam, args.batch_size,
-                args.threads or os.cpu_count() or 1)
+            tools[f"CTranslate2 {compute}"] = (
+                ctranslate2_command(ct2, source, compute, beam, args.batch_size, cores), env)
+        if ct2 is not None:
+            tools["CTranslate2 float32, oneDNN"] = (
+                ctranslate2_command(ct2, source, "float32", beam, args.batch_size, cores), dict(env, CT2_USE_MKL="0"))
+            if args.workers > 1:
+                for backend, flag in (("", "1"), (", oneDNN", "0")):
+                    tools[f"CTranslate2 float32{backend}, inter_threads {args.workers}"] = (
+                        ctranslate2_command(ct2, source, "float32", beam, args.batch_size, per, args.workers),
+                        dict(env, CT2_USE_MKL=flag))
         figures: dict[str, list[float]] = {name: [] for name in tools}
         runs: dict[str, list[Measured]] = {name: [] for name in tools}
         texts: dict[str, str] = {}
         for _ in range(args.repeats):  # taking turns, so a noisy minute hits every tool alike
-            for name, cmd in tools.items():
-                text, measured = measured_run(cmd, env, work / "out.txt")
+            for name, (cmd, tool_env) in tools.items():
+                text, measured = measured_run(cmd, tool_env, work / "out.txt")
                 figures[name].append(speed(text))
                 runs[name].append(measured)
                 texts[name] = text
@@ -160,7 +181,7 @@ def main() -> None:
             same = sum(hyps.get(i) == h for i, h in ref.items())
             speeds = " / ".join(f"{x:.1f}" for x in figures[name])
             wall = min(m.wall_s for m in runs[name])
-            peak = max(m.largest_mb for m in runs[name])
+            peak = max(m.tree_mb for m in runs[name])
             print(f"| {beam} | {name} | **{best:.1f}** ({speeds}) | {wall:.1f} | {peak:,.0f} | {best / base:.2f}x "
                   f"| {same}/{len(ref)} |", flush=True)
 

@@ -4,11 +4,13 @@ lines, and score the detokenized output with sacreBLEU (nmt-generate DATA --path
 from __future__ import annotations
 
 import contextlib
+import copy
 import sys
 import time
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, ContextManager, Iterable, Iterator
 
+import numpy as np
 import torch
 
 from nmt.cli.common import config_command
@@ -16,6 +18,7 @@ from nmt.config.generate import GenerateJob
 from nmt.data.corpus_files import read_lines
 from nmt.errors import DataError, UsageError
 from nmt.fileio import atomic_write
+from nmt.generation.search import Hypothesis
 
 
 @contextlib.contextmanager
@@ -64,44 +67,79 @@ def skipped_line(skipped: int, total: int, subset: str, positions: str) -> str:
             f"{positions} or bigger than --max-tokens ({SKIP_INVALID}); they are not scored")
 
 
+def _start_workers(cfg: GenerateJob) -> ContextManager[Any]:
+    """--workers processes, loading while this one does (each with its share of the cores unless --threads says
+    how many); nothing when there is one."""
+    from nmt.generation.worker_processes import GenerateWorkers
+    from nmt.hardware import cores_per_process
+
+    if cfg.workers == 1:
+        return contextlib.nullcontext()
+    worker = copy.deepcopy(cfg)
+    if not worker.inference.threads:
+        worker.inference.threads = cores_per_process(cfg.workers)
+    return GenerateWorkers(worker, cfg.workers, cfg.generation.print_alignment or bool(cfg.attention_plot))
+
+
 def run(cfg: GenerateJob) -> None:
+    from nmt.generation.inference import refuse_model_folder_as_data
+
+    wall = time.perf_counter()
+    if not cfg.data:
+        raise UsageError("DATA is required: the data-bin folder written by nmt-preprocess")
+    refuse_model_folder_as_data(cfg.data, cfg.gen_subset)
+    with _start_workers(cfg) as workers:
+        _generate(cfg, workers, wall)
+
+
+def _generate(cfg: GenerateJob, workers: Any, wall: float) -> None:
+    """Translate and score the split (``workers``: the --workers processes, or None)."""
     from nmt.data.batching import batch_by_size
     from nmt.data.language_pair_dataset import load_language_pair
     from nmt.data.text_pipeline import load_text_pipeline
     from nmt.generation.attention_plot import plot_cross_attention
-    from nmt.generation.inference import make_translator, open_data_dir, refuse_model_folder_as_data, source_batches
+    from nmt.generation.guards import check_lengths
+    from nmt.generation.inference import (
+        load_inference_models,
+        make_translator,
+        open_data_dir,
+        source_batches,
+        speed_line,
+        split_location,
+    )
     from nmt.generation.output import corpus_scores, hypothesis_lines
 
-    wall = time.perf_counter()
     torch.manual_seed(cfg.common.seed)
-    if not cfg.data:
-        raise UsageError("DATA is required: the data-bin folder written by nmt-preprocess")
-    refuse_model_folder_as_data(cfg.data, cfg.gen_subset)
     data = open_data_dir(cfg.data, cfg.source_lang, cfg.target_lang)
     folder = str(data.path)  # the first shard of a sharded DATA: the test splits are there
     dataset = load_language_pair(folder, cfg.gen_subset, data.src, data.tgt)
     detok = load_text_pipeline(folder, data.tgt).decode
     reference_file = _reference_file(cfg, folder, data.tgt)
     references = _references(reference_file, cfg.gen_subset, len(dataset))
-    translator = make_translator(cfg.generation, cfg.inference, data, cfg.common.seed)
+    # what searches: this process's translator, or the --workers processes (this one then never loads the models)
+    search: Any = workers or make_translator(cfg.generation, cfg.inference, data, cfg.common.seed)
+    max_positions = search.max_source_positions()
 
-    def where(k: int) -> str:
-        return f"{folder}: split {cfg.gen_subset}, sentence {k}"
-
+    where = split_location(folder, cfg.gen_subset)
     if not cfg.skip_invalid_size_inputs_valid_test:
-        translator.check_source_lengths(dataset.src_sizes, where,
-                                        fix=f"split the sentence or pass {SKIP_INVALID} to skip such sentences")
+        check_lengths(dataset.src_sizes, max_positions, where, "source",
+                      fix=f"split the sentence or pass {SKIP_INVALID} to skip such sentences")
     inf, gen = cfg.inference, cfg.generation
     plan = batch_by_size(dataset.src_sizes, None, max_tokens=inf.max_tokens,
                          max_sentences=inf.batch_size or (None if inf.max_tokens else 128), seed=None,
-                         max_source_positions=translator.max_source_positions(),
+                         max_source_positions=max_positions,
                          skip_invalid=cfg.skip_invalid_size_inputs_valid_test, split=cfg.gen_subset)
     need_attn = gen.print_alignment or bool(cfg.attention_plot)
     hyps_out: dict[int, str] = {}
     refs_out: dict[int, str] = {}
+    if workers:
+        results: Iterable[tuple[int, list[Hypothesis]]] = workers.translate(
+            np.concatenate(plan.batches) if plan.batches else np.zeros(0, dtype=np.int64))
+    else:
+        results = search.translate_stream(source_batches(dataset, plan.batches), need_attn=need_attn, where=where)
+    plot_model = None
     with _output(cfg) as out:
-        for sid, hyps in translator.translate_stream(source_batches(dataset, plan.batches), need_attn=need_attn,
-                                                     where=where):
+        for sid, hyps in results:
             sample = dataset[sid]
             src_len = len(sample["source"])
             target = data.tgt_dict.string(sample["target"])
@@ -113,14 +151,16 @@ def run(cfg: GenerateJob) -> None:
                 if rank == 0:
                     hyps_out[sid] = text
             if cfg.attention_plot and sid < cfg.attention_plot_sentences and hyps:
-                plot_cross_attention(translator.ens.models[0], sample["source"], hyps[0],
-                                     data, cfg.attention_plot, sid, cfg.attention_layer)
+                if plot_model is None:  # the searching models, or (--workers) the same loaded here
+                    plot_model = (load_inference_models(inf, data) if workers else search.ens).models[0]
+                plot_cross_attention(plot_model, sample["source"], hyps[0], data, cfg.attention_plot, sid,
+                                     cfg.attention_layer)
             if not inf.quiet:
                 out.write("\n".join(lines) + "\n")
         ids = sorted(hyps_out)
-        summary = [translator.speed()]
+        summary = [speed_line(search.sentences, search.tokens, search.seconds)]
         if plan.num_skipped:
-            positions = f"{translator.max_source_positions()} source positions"
+            positions = f"{max_positions} source positions"
             summary.append(skipped_line(plan.num_skipped, len(dataset), cfg.gen_subset, positions))
         if ids:
             (bleu, signature), (chrf, chrf_signature) = corpus_scores([hyps_out[i] for i in ids],

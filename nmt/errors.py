@@ -21,3 +21,11 @@ class ConfigError(UsageError):
 
 class DataError(NmtError):
     """An input file's content is wrong (line counts, encoding, format version, ...)."""
+
+
+class WorkerError(NmtError):
+    """A worker process (nmt-serve --workers, nmt-generate --workers) failed: its own one-line reason and exit code."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -89,6 +89,9 @@ class GenerateJob(TranslateJob):
     skip_invalid_size_inputs_valid_test: bool = opt(False, "Skip sentences longer than the model's positions or "
                                                            "bigger than --max-tokens (counted in a warning) instead "
                                                            "of failing.")
+    workers: int = opt(1, "Processes that translate the split together, each with its own copy of the models, "
+                          "every N-th sentence in length order and its share of the cores (--threads is per "
+                          "process) [faster on a CPU: docs/generation.md].", low=1, high=64)
 
 
 @dataclass

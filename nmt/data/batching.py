@@ -155,7 +155,13 @@ def batch_by_size(src_sizes: np.ndarray, tgt_sizes: np.ndarray | None, *, max_to
         max_target_positions=max_target_positions, max_tokens=max_tokens, skip_invalid=skip_invalid, split=split)
     ordered = length_order(src_sizes, tgt_sizes, indices, seed)
     sizes = sentence_sizes(src_sizes, tgt_sizes)[ordered]
-    bounds = pack_sorted(sizes, max_tokens, max_sentences, required_batch_size_multiple)
-    batches = np.split(ordered, bounds[1:-1]) if len(ordered) else []
+    batches = split_sorted(ordered, sizes, max_tokens, max_sentences, required_batch_size_multiple)
     return BatchPlan(batches=batches, num_skipped=num_skipped, num_sentences=len(ordered))
+
+
+def split_sorted(ordered: np.ndarray, sizes: np.ndarray, max_tokens: int | None, max_sentences: int | None = None,
+                 multiple: int = 1) -> list[np.ndarray]:
+    """``ordered`` (indices whose ``sizes`` do not decrease) cut into batches by ``pack_sorted``."""
+    bounds = pack_sorted(sizes, max_tokens, max_sentences, multiple)
+    return np.split(ordered, bounds[1:-1]) if len(ordered) else []
 

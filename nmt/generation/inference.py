@@ -197,9 +197,19 @@ class Translator:
         check_lengths(lengths, self.max_source_positions(), where, "source", fix)
 
     def speed(self) -> str:
-        s = max(self.seconds, 1e-9)
-        return (f"translated {self.sentences} sentences ({self.tokens} tokens) in {self.seconds:.1f}s "
-                f"({self.sentences / s:.2f} sentences/s, {self.tokens / s:.2f} tokens/s)")
+        return speed_line(self.sentences, self.tokens, self.seconds)
+
+
+def speed_line(sentences: int, tokens: int, seconds: float) -> str:
+    """nmt-generate's speed line (the search's time only)."""
+    s = max(seconds, 1e-9)
+    return (f"translated {sentences} sentences ({tokens} tokens) in {seconds:.1f}s "
+            f"({sentences / s:.2f} sentences/s, {tokens / s:.2f} tokens/s)")
+
+
+def split_location(folder: str, split: str) -> Callable[[int], str]:
+    """Names sentence k of a split in a message."""
+    return lambda k: f"{folder}: split {split}, sentence {k}"
 
 
 def make_translator(gen: GenerationConfig, inf: InferenceConfig, data: DataDir, seed: int) -> Translator:

@@ -26,17 +26,9 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Callable
 
 from nmt.config.serve import ServeJob
-from nmt.errors import NmtError
+from nmt.errors import NmtError, WorkerError
 
 POLL_SECONDS = 1.0
-
-
-class WorkerError(NmtError):
-    """A server process could not start: its own one-line reason and exit code."""
-
-    def __init__(self, message: str, exit_code: int = 1):
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 def worker_main(cfg: ServeJob, sock: socket.socket, conn: Connection) -> None:
