@@ -9,21 +9,21 @@ time. Each one packs its share into batches by --batch-size / --max-tokens and r
 They all load first and then start searching at once, so the speed printed is the search's alone, from the
 start to the last sentence, as it is for one process.
 
-Workers are spawned (fork would copy torch's thread pools, which hangs) and send their hypotheses back pickled
-in chunks as they finish; the parent prints them once all are done."""
+Workers are spawned (fork would copy torch's thread pools, which hangs) and send their hypotheses back (as numpy
+arrays) in chunks as they finish; the parent prints them once all are done."""
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import pickle
 import sys
 import time
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from typing import Iterator
+from typing import Iterator, Optional
 
 import numpy as np
+import torch
 
 from nmt.config.generate import GenerateJob
 from nmt.errors import NmtError, WorkerError
@@ -41,9 +41,20 @@ def deal(ordered: np.ndarray, workers: int) -> list[np.ndarray]:
     return [ordered[owner == k] for k in range(workers)]
 
 
-def _send(conn: Connection, message: object) -> None:
-    # plain pickle: torch's multiprocessing reduction would put every small tensor in shared memory
-    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+Sent = tuple[np.ndarray, float, np.ndarray, Optional[np.ndarray]]  # a Hypothesis's fields, as numpy arrays
+
+
+def _to_numpy(hyps: list[Hypothesis]) -> list[Sent]:
+    """Hypotheses as they travel between processes: numpy arrays go by value (torch's tensors would each take a
+    shared-memory segment)."""
+    return [(h.tokens.numpy(), h.score, h.positional_scores.numpy(),
+             h.attention.numpy() if h.attention is not None else None) for h in hyps]
+
+
+def _from_numpy(sent: list[Sent]) -> list[Hypothesis]:
+    return [Hypothesis(torch.from_numpy(tokens), score, torch.from_numpy(positional),
+                       torch.from_numpy(attention) if attention is not None else None)
+            for tokens, score, positional, attention in sent]
 
 
 def worker_main(cfg: GenerateJob, need_attn: bool, conn: Connection) -> None:
@@ -51,8 +62,6 @@ def worker_main(cfg: GenerateJob, need_attn: bool, conn: Connection) -> None:
     share (dataset indices in length order), then send ("results", [(id, hypotheses)...]) as sentences finish
     and ("done", sentences, tokens, seconds); on failure ("error", exit code, reason)."""
     try:
-        import torch
-
         from nmt.data.batching import split_sorted
         from nmt.data.language_pair_dataset import load_language_pair
         from nmt.generation.inference import make_translator, open_data_dir, source_batches, split_location
@@ -63,25 +72,25 @@ def worker_main(cfg: GenerateJob, need_attn: bool, conn: Connection) -> None:
         data = open_data_dir(cfg.data, cfg.source_lang, cfg.target_lang)
         dataset = load_language_pair(str(data.path), cfg.gen_subset, data.src, data.tgt)
         translator = make_translator(cfg.generation, cfg.inference, data, cfg.common.seed)
-        _send(conn, ("ready", translator.max_source_positions()))
-        share = pickle.loads(conn.recv_bytes())
+        conn.send(("ready", translator.max_source_positions()))
+        share = conn.recv()
         inf = cfg.inference
         batches = split_sorted(share, np.asarray(dataset.src_sizes)[share], inf.max_tokens,
                                inf.batch_size or (None if inf.max_tokens else 128))
-        chunk: list[tuple[int, list[Hypothesis]]] = []
-        for item in translator.translate_stream(source_batches(dataset, batches), need_attn=need_attn,
-                                                where=split_location(str(data.path), cfg.gen_subset)):
-            chunk.append(item)
+        chunk: list[tuple[int, list[Sent]]] = []
+        for sid, hyps in translator.translate_stream(source_batches(dataset, batches), need_attn=need_attn,
+                                                     where=split_location(str(data.path), cfg.gen_subset)):
+            chunk.append((sid, _to_numpy(hyps)))
             if len(chunk) == CHUNK:
-                _send(conn, ("results", chunk))
+                conn.send(("results", chunk))
                 chunk = []
-        _send(conn, ("results", chunk))
-        _send(conn, ("done", translator.sentences, translator.tokens, translator.seconds))
+        conn.send(("results", chunk))
+        conn.send(("done", translator.sentences, translator.tokens, translator.seconds))
     except BaseException as e:  # noqa: BLE001 - the parent reports it as one line
         code, reason = ((e.exit_code, str(e)) if isinstance(e, NmtError)
                         else (1, f"a generate worker failed: {type(e).__name__}: {e}"))
         with contextlib.suppress(OSError):
-            _send(conn, ("error", code, reason))
+            conn.send(("error", code, reason))
         sys.exit(code)
 
 
@@ -128,7 +137,7 @@ class GenerateWorkers:
         self.max_source_positions()  # every worker ready
         start = time.perf_counter()
         for (_, conn), share in zip(self.started, deal(ordered, len(self.started))):
-            _send(conn, share)
+            conn.send(share)
         # Held until every worker is done: turning hypotheses into lines here, meanwhile, would take the
         # workers' cores (one process keeps that work out of its search time too).
         found: list[tuple[int, list[Hypothesis]]] = []
@@ -138,7 +147,7 @@ class GenerateWorkers:
                 conn = next(c for c in running if c is ready)
                 message = self._receive(conn, running[conn])
                 if message[0] == "results":
-                    found += message[1]
+                    found += [(sid, _from_numpy(sent)) for sid, sent in message[1]]
                 elif message[0] == "done":
                     self.sentences += message[1]
                     self.tokens += message[2]
@@ -150,7 +159,7 @@ class GenerateWorkers:
     def _receive(conn: Connection, process: BaseProcess) -> tuple:
         """The worker's next message; its failure as WorkerError."""
         try:
-            message = pickle.loads(conn.recv_bytes())
+            message = conn.recv()
         except (EOFError, OSError):
             process.join()
             raise WorkerError(f"a generate worker exited with code {process.exitcode} without finishing; see the "
