@@ -144,7 +144,8 @@ class EnsembleModel:
         for m, enc, state in zip(self.models, encs, states):
             extra = {"need_weights": True} if need_attn else {}
             logits, attn = _split_decoder_output(m.decoder(tokens, enc, incremental_state=state, **extra))
-            lprobs_all.append(F.log_softmax(logits[:, -1, :], dim=-1, dtype=torch.float32))  # (N, V) fp32
+            # fp32 first: torch's log-softmax of bf16 into fp32 (dtype=) runs 3x slower than the cast plus the fp32 one
+            lprobs_all.append(F.log_softmax(logits[:, -1, :].float(), dim=-1))  # (N, V) fp32
             if need_attn and attn is not None:
                 a = attn[:, -1, :].float()  # (N, S)
                 attn_sum = a if attn_sum is None else attn_sum + a

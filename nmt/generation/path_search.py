@@ -35,6 +35,11 @@ class PathSearch(Search):
         """The next token (N,) of each row given its log-probs (N, V)."""
         raise NotImplementedError
 
+    def choose_scored(self, lprobs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next token (N,) of each row and its log-prob (N,); a strategy that finds both at once overrides it."""
+        nxt = self.choose(lprobs)
+        return nxt, lprobs.gather(1, nxt.unsqueeze(1)).squeeze(1)
+
     @torch.inference_mode()
     def search_stream(self, ens: EnsembleModel, batches: Iterable[SourceBatch],
                       need_attn: bool = False) -> Iterator[tuple[int, list[Hypothesis]]]:
@@ -82,8 +87,7 @@ class PathSearch(Search):
         lprobs, step_attn = ens.step(paths.window, paths.encs, paths.states, paths.attn is not None)  # (N, V)
         self.apply_rules(lprobs, steps if paths.window.size(1) > 1 else 0, paths.window[:, 1:], paths.row_max)
         paths.add_attention(step_attn)
-        nxt = self.choose(lprobs)  # (N,)
-        scores = lprobs.gather(1, nxt.unsqueeze(1)).squeeze(1)  # (N,)
+        nxt, scores = self.choose_scored(lprobs)  # (N,), (N,)
         ended = nxt == self.sp.eos  # (N,)
         if bool(ended.any()):
             width = paths.window.size(1)

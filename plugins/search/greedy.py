@@ -13,4 +13,10 @@ class GreedySearch(PathSearch):
     """Greedy decoding (what --beam 1 runs)."""
 
     def choose(self, lprobs: torch.Tensor) -> torch.Tensor:
-        return lprobs.argmax(dim=1)  # (N,)
+        return self.choose_scored(lprobs)[0]
+
+    def choose_scored(self, lprobs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # max gives both, the first of equal maxima as argmax does; on the CPU argmax alone costs 2.7x
+        # max's time (128 rows of 9,808, one thread: 1.72 against 0.63 ms)
+        scores, nxt = lprobs.max(dim=1)  # (N,), (N,)
+        return nxt, scores
