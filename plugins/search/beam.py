@@ -23,6 +23,7 @@ import torch
 from nmt.config.generate import GenerationConfig
 from nmt.generation.ensemble import EnsembleModel
 from nmt.generation.search import NEG_INF, Hypothesis, Rows, Search, SentenceQueue, SourceBatch, Specials
+from nmt.generation.topk import wide_topk
 from nmt.plugins.search.greedy import GreedySearch
 from nmt.registry import NoOptions, register_search
 
@@ -185,7 +186,7 @@ class BeamSearch(Search):
         sp, k = self.sp, self.gen.beam
         n, vocab = cand.size(0), cand.size(1) if first else cand.size(1) // k
         width = min(2 * k, cand.size(1))
-        cand_scores, cand_idx = cand.topk(width, dim=1)  # (n, 2k)
+        cand_scores, cand_idx = wide_topk(cand, width)  # (n, 2k), as cand.topk(width, dim=1)
         cand_beams = torch.div(cand_idx, vocab, rounding_mode="floor")  # (n, 2k)
         cand_tokens = cand_idx % vocab  # (n, 2k)
         cand_rows = first_row + cand_beams  # (n, 2k) row of the parent
