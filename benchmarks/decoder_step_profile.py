@@ -152,6 +152,9 @@ def main() -> None:
           f"{args.threads} threads, {precision}, {steps} decoder steps")
     print(f"search: {plain:.2f} s unprofiled ({len(dataset) / plain:.1f} sentences/s, "
           f"{1000 * plain / steps:.2f} ms per step), {profiled:.2f} s under the profiler")
+    if profiled > 2 * plain:  # seen on a 2-core Xeon with two threads: 9.5x, large operators several times slower
+        print(f"warning: the profiler slowed the search {profiled / plain:.1f}x; the shares below are distorted (time "
+              "single operators without it, or profile with --threads 1)")
     print("| scope | share | ms per step (profiled) |")
     print("|---|---:|---:|")
     for scope in SCOPES:
