@@ -67,6 +67,11 @@ def skipped_line(skipped: int, total: int, subset: str, positions: str) -> str:
             f"{positions} or bigger than --max-tokens ({SKIP_INVALID}); they are not scored")
 
 
+def _needs_attention(cfg: GenerateJob) -> bool:
+    """Whether the search keeps each step's cross-attention: A- lines or --attention-plot use it."""
+    return cfg.generation.print_alignment or bool(cfg.attention_plot)
+
+
 def _start_workers(cfg: GenerateJob) -> ContextManager[Any]:
     """--workers processes, loading while this one does (each with its share of the cores unless --threads says
     how many); nothing when there is one."""
@@ -78,7 +83,7 @@ def _start_workers(cfg: GenerateJob) -> ContextManager[Any]:
     worker = copy.deepcopy(cfg)
     if not worker.inference.threads:
         worker.inference.threads = cores_per_process(cfg.workers)
-    return GenerateWorkers(worker, cfg.workers, cfg.generation.print_alignment or bool(cfg.attention_plot))
+    return GenerateWorkers(worker, cfg.workers, _needs_attention(cfg))
 
 
 def run(cfg: GenerateJob) -> None:
@@ -100,6 +105,7 @@ def _generate(cfg: GenerateJob, workers: Any, wall: float) -> None:
     from nmt.generation.attention_plot import plot_cross_attention
     from nmt.generation.guards import check_lengths
     from nmt.generation.inference import (
+        batch_sentences,
         load_inference_models,
         make_translator,
         open_data_dir,
@@ -126,10 +132,10 @@ def _generate(cfg: GenerateJob, workers: Any, wall: float) -> None:
                       fix=f"split the sentence or pass {SKIP_INVALID} to skip such sentences")
     inf, gen = cfg.inference, cfg.generation
     plan = batch_by_size(dataset.src_sizes, None, max_tokens=inf.max_tokens,
-                         max_sentences=inf.batch_size or (None if inf.max_tokens else 128), seed=None,
+                         max_sentences=batch_sentences(inf), seed=None,
                          max_source_positions=max_positions,
                          skip_invalid=cfg.skip_invalid_size_inputs_valid_test, split=cfg.gen_subset)
-    need_attn = gen.print_alignment or bool(cfg.attention_plot)
+    need_attn = _needs_attention(cfg)
     hyps_out: dict[int, str] = {}
     refs_out: dict[int, str] = {}
     if workers:

@@ -207,6 +207,11 @@ def speed_line(sentences: int, tokens: int, seconds: float) -> str:
             f"({sentences / s:.2f} sentences/s, {tokens / s:.2f} tokens/s)")
 
 
+def batch_sentences(inf: InferenceConfig) -> int | None:
+    """The most sentences in a batch: --batch-size, else 128 unless --max-tokens bounds the batches alone."""
+    return inf.batch_size or (None if inf.max_tokens else 128)
+
+
 def split_location(folder: str, split: str) -> Callable[[int], str]:
     """Names sentence k of a split in a message."""
     return lambda k: f"{folder}: split {split}, sentence {k}"

@@ -14,19 +14,17 @@ arrays) in chunks as they finish; the parent prints them once all are done."""
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
-import sys
 import time
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from typing import Iterator, Optional
+from typing import Iterator, Optional, cast
 
 import numpy as np
 import torch
 
 from nmt.config.generate import GenerateJob
-from nmt.errors import NmtError, WorkerError
+from nmt.errors import WorkerError, exit_reporting
 from nmt.generation.search import Hypothesis
 
 CHUNK = 16  # sentences a worker sends back at once
@@ -64,7 +62,13 @@ def worker_main(cfg: GenerateJob, need_attn: bool, conn: Connection) -> None:
     try:
         from nmt.data.batching import split_sorted
         from nmt.data.language_pair_dataset import load_language_pair
-        from nmt.generation.inference import make_translator, open_data_dir, source_batches, split_location
+        from nmt.generation.inference import (
+            batch_sentences,
+            make_translator,
+            open_data_dir,
+            source_batches,
+            split_location,
+        )
         from nmt.plugin_loader import load_plugins
 
         load_plugins(cfg.common.user_dir)
@@ -74,9 +78,8 @@ def worker_main(cfg: GenerateJob, need_attn: bool, conn: Connection) -> None:
         translator = make_translator(cfg.generation, cfg.inference, data, cfg.common.seed)
         conn.send(("ready", translator.max_source_positions()))
         share = conn.recv()
-        inf = cfg.inference
-        batches = split_sorted(share, np.asarray(dataset.src_sizes)[share], inf.max_tokens,
-                               inf.batch_size or (None if inf.max_tokens else 128))
+        batches = split_sorted(share, np.asarray(dataset.src_sizes)[share], cfg.inference.max_tokens,
+                               batch_sentences(cfg.inference))
         chunk: list[tuple[int, list[Sent]]] = []
         for sid, hyps in translator.translate_stream(source_batches(dataset, batches), need_attn=need_attn,
                                                      where=split_location(str(data.path), cfg.gen_subset)):
@@ -87,11 +90,7 @@ def worker_main(cfg: GenerateJob, need_attn: bool, conn: Connection) -> None:
         conn.send(("results", chunk))
         conn.send(("done", translator.sentences, translator.tokens, translator.seconds))
     except BaseException as e:  # noqa: BLE001 - the parent reports it as one line
-        code, reason = ((e.exit_code, str(e)) if isinstance(e, NmtError)
-                        else (1, f"a generate worker failed: {type(e).__name__}: {e}"))
-        with contextlib.suppress(OSError):
-            conn.send(("error", code, reason))
-        sys.exit(code)
+        exit_reporting(conn, e, "a generate worker")
 
 
 class GenerateWorkers:
@@ -144,7 +143,7 @@ class GenerateWorkers:
         running = {conn: process for process, conn in self.started}
         while running:
             for ready in wait(list(running)):
-                conn = next(c for c in running if c is ready)
+                conn = cast(Connection, ready)  # wait() returns the connections it was given
                 message = self._receive(conn, running[conn])
                 if message[0] == "results":
                     found += [(sid, _from_numpy(sent)) for sid, sent in message[1]]

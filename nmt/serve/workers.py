@@ -17,7 +17,6 @@ import multiprocessing
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Callable
 
 from nmt.config.serve import ServeJob
-from nmt.errors import NmtError, WorkerError
+from nmt.errors import WorkerError, exit_reporting
 
 POLL_SECONDS = 1.0
 
@@ -43,11 +42,7 @@ def worker_main(cfg: ServeJob, sock: socket.socket, conn: Connection) -> None:
         load_plugins(cfg.common.user_dir)
         served = serve(cfg, sock, lambda model: conn.send(("ready", model.source_lang, model.target_lang)))
     except BaseException as e:  # noqa: BLE001 - the parent reports it as one line
-        code, reason = ((e.exit_code, str(e)) if isinstance(e, NmtError)
-                        else (1, f"a server process failed: {type(e).__name__}: {e}"))
-        with contextlib.suppress(OSError):
-            conn.send(("error", code, reason))
-        sys.exit(code)
+        exit_reporting(conn, e, "a server process")
     with contextlib.suppress(OSError):
         conn.send(("stopped", served))
 
