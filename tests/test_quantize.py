@@ -32,7 +32,7 @@ def quantized(exported_model, request):
 def test_every_linear_layer_and_the_output_projection_are_quantized(fp32, quantized):
     kind, loaded = quantized
     model = loaded.ens.models[0]
-    assert not any(type(m) is torch.nn.Linear for m in model.modules())
+    assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
     assert isinstance(model.decoder.output_projection, PackedLinear)
     dynamic = [m for m in model.modules() if isinstance(m, PackedLinear)]
     assert len(dynamic) == sum(isinstance(m, torch.nn.Linear) for m in fp32.ens.models[0].modules()) + 1

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from nmt.errors import ConfigError
 from nmt.models.dropout import dropout as drop
+from nmt.models.row_buckets import BucketedLinear
 
 IncrementalState = dict  # module key -> {"k": (B,H,S,d_k), "v": (B,H,S,D), maybe "length": int}
 
@@ -109,11 +110,11 @@ class AttentionBase(nn.Module):
         self.cfg = cfg
         qk_size = num_heads * self.key_dim  # H * d_k (embed_dim unless --attention-key-dim)
         if self_attention:
-            self.qkv_proj = nn.Linear(embed_dim, 2 * qk_size + embed_dim)
+            self.qkv_proj = BucketedLinear(embed_dim, 2 * qk_size + embed_dim)
         else:
-            self.q_proj = nn.Linear(embed_dim, qk_size)
-            self.kv_proj = nn.Linear(embed_dim, qk_size + embed_dim)
-        self.out_proj = nn.Linear(embed_dim, embed_dim)
+            self.q_proj = BucketedLinear(embed_dim, qk_size)
+            self.kv_proj = BucketedLinear(embed_dim, qk_size + embed_dim)
+        self.out_proj = BucketedLinear(embed_dim, embed_dim)
         self.state_key = f"{type(self).__name__}.{uuid.uuid4().hex}"  # this module's slot in the cache
         self.reset_projections()
 

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from nmt.models.attention import AttentionBase, IncrementalState
 from nmt.models.dropout import dropout
+from nmt.models.row_buckets import BucketedLinear
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
@@ -20,8 +21,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, dim: int, hidden: int, activation: str, activation_dropout: float):
         super().__init__()
-        self.fc1 = nn.Linear(dim, hidden)
-        self.fc2 = nn.Linear(hidden, dim)
+        self.fc1 = BucketedLinear(dim, hidden)
+        self.fc2 = BucketedLinear(hidden, dim)
         self.activation = ACTIVATIONS[activation]
         self.activation_dropout = activation_dropout
         # fc1/fc2 keep PyTorch's default Linear init (uniform in +-1/sqrt(fan_in)), as fairseq's do.

@@ -15,6 +15,7 @@ from nmt.models.dropout import dropout
 from nmt.models.incremental_state import left_pads, reorder_incremental_state
 from nmt.models.layers import DecoderLayer, EncoderLayer
 from nmt.models.positional import PositionalBase
+from nmt.models.row_buckets import linear as bucketed_linear
 
 
 class EncoderOut(NamedTuple):
@@ -99,7 +100,7 @@ class TransformerDecoder(nn.Module):
         """(..., C) features -> (..., V) logits; any leading shape (e.g. only non-pad positions)."""
         if self.output_projection is not None:
             return self.output_projection(features)
-        return F.linear(features, self.output_weight)
+        return bucketed_linear(features, self.output_weight)
 
     def forward(self, prev_output_tokens: Tensor, encoder_out: EncoderOut,
                 incremental_state: Optional[IncrementalState] = None, features_only: bool = False,

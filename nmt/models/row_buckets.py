@@ -1,0 +1,95 @@
+"""Linear layers whose products run on a few row counts under CPU bf16/fp16 autocast.
+
+On the CPU, torch runs bf16 (and fp16) matrix products through oneDNN, which builds a kernel for each
+shape: about 1-5 ms per product on first sight (the vocabulary projection's three take 23 ms) and
+1-2 MB kept per shape in its primitive cache, plus memory that the cache's capacity does not bound.
+Token-based batching gives nearly every update new row counts (batch x length), so a bf16 run built
+kernels all the time and its memory kept growing: 4.1 GB after 240 updates of the fairseq reference
+shape on Multi30k against fp32's flat 1.6 GB (docs/training.md).
+
+Here the rows of a product under CPU autocast are padded with zeros up to the next of 16 sizes per
+octave (at most 1/16 more rows, 2% on average at the sizes measured), so a few shapes serve every batch:
+the same run then stays near 2.5 GB at the same speed. Padded rows are zero, so they change no real
+row's output and add nothing to the weight's gradient. Plain fp32, inference with bf16 weights (no
+autocast) and CUDA (cuBLAS builds nothing per shape) go through ``F.linear`` unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+BUCKETS_PER_OCTAVE_LOG2 = 4  # 16 row counts between n and 2n
+
+
+def bucket_rows(rows: int) -> int:
+    """The smallest of the bucket sizes that holds ``rows``: a multiple of 2^(bits(rows) - 5), so at
+    most 1/16 above ``rows`` (32 rows and fewer are their own bucket)."""
+    step = 1 << max(rows.bit_length() - BUCKETS_PER_OCTAVE_LOG2 - 1, 0)
+    return -(-rows // step) * step
+
+
+def _padded(t: Tensor, rows: int, dtype: torch.dtype) -> Tensor:
+    """``t`` (M, N) cast to ``dtype`` with zero rows below it, (rows, N)."""
+    out = t.new_empty(rows, t.size(1), dtype=dtype)
+    out[: t.size(0)].copy_(t)
+    out[t.size(0):].zero_()
+    return out
+
+
+class _RowBucketedLinear(torch.autograd.Function):
+    """x W^T + b in ``dtype`` on ``rows`` rows (x's own rows, then zeros); forward and backward keep that
+    row count, so the weight gradient's product has a bucketed shape too. Runs with autocast off and does
+    the casts autocast would have done (inputs to ``dtype``, gradients back to each input's dtype)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Optional[Tensor], rows: int,
+                dtype: torch.dtype) -> Tensor:
+        m = x.size(0)
+        xp = _padded(x, rows, dtype)  # (rows, K)
+        w = weight.to(dtype)  # (N, K)
+        y = torch.mm(xp, w.t()) if bias is None else torch.addmm(bias.to(dtype), xp, w.t())  # (rows, N)
+        ctx.save_for_backward(xp, w)
+        ctx.meta = (m, x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        return y[:m]
+
+    @staticmethod
+    def backward(ctx: Any, grad_y: Tensor) -> tuple[Optional[Tensor], ...]:
+        xp, w = ctx.saved_tensors
+        m, x_dtype, w_dtype, b_dtype = ctx.meta
+        gp = _padded(grad_y, xp.size(0), xp.dtype)  # (rows, N), zero below the real rows
+        grad_x = torch.mm(gp, w)[:m].to(x_dtype) if ctx.needs_input_grad[0] else None
+        grad_w = torch.mm(gp.t(), xp).to(w_dtype) if ctx.needs_input_grad[1] else None
+        grad_b = grad_y.sum(0).to(b_dtype) if b_dtype is not None and ctx.needs_input_grad[2] else None
+        return grad_x, grad_w, grad_b, None, None
+
+
+def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+    """``F.linear(x, weight, bias)``; under CPU bf16/fp16 autocast the product runs on bucketed rows."""
+    if x.device.type != "cpu" or x.dim() < 2 or not torch.is_autocast_enabled("cpu"):
+        return F.linear(x, weight, bias)
+    dtype = torch.get_autocast_dtype("cpu")
+    flat = x.reshape(-1, x.size(-1))  # (M, K)
+    rows = bucket_rows(flat.size(0))
+    if dtype not in (torch.bfloat16, torch.float16) or rows == flat.size(0):
+        return F.linear(x, weight, bias)
+    with torch.autocast("cpu", enabled=False):
+        y = _RowBucketedLinear.apply(flat, weight, bias, rows, dtype)  # (M, N)
+    return y.view(*x.shape[:-1], y.size(-1))
+
+
+class BucketedLinear(nn.Linear):
+    """``nn.Linear`` (same parameters and state dict) whose forward is :func:`linear`."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias)
+
+    def plain(self) -> nn.Linear:
+        """An ``nn.Linear`` holding the same parameters (for tools that take that class only)."""
+        out = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None, device="meta")
+        out.weight = self.weight
+        out.bias = self.bias
+        return out

@@ -1,0 +1,127 @@
+"""Linear products on bucketed row counts under CPU bf16 autocast (nmt/models/row_buckets.py): the buckets,
+the shapes the products really get, results equal to F.linear's, and a model's loss and gradients
+unchanged by it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nmt.models import build_model, row_buckets
+from nmt.models.row_buckets import BucketedLinear, bucket_rows, linear
+from nmt.plugin_loader import load_plugins
+
+load_plugins()
+
+
+def test_a_bucket_holds_the_rows_with_at_most_a_sixteenth_more():
+    buckets = [bucket_rows(n) for n in range(1, 20_000)]
+    for n, b in enumerate(buckets, start=1):
+        assert b >= n
+        assert b == n if n <= 32 else (b - n) * 16 < n
+    assert buckets == sorted(buckets)
+    assert len({bucket_rows(n) for n in range(2048, 4097)}) == 17  # 16 per octave, and 4096 itself
+    assert bucket_rows(3696) == 3712 and bucket_rows(4096) == 4096
+
+
+@pytest.fixture
+def product_shapes(monkeypatch):
+    """The (left, right) shapes of every torch.mm / torch.addmm call."""
+    shapes = []
+    mm, addmm = torch.mm, torch.addmm
+
+    def spy_mm(a, b):
+        shapes.append((tuple(a.shape), tuple(b.shape)))
+        return mm(a, b)
+
+    def spy_addmm(bias, a, b):
+        shapes.append((tuple(a.shape), tuple(b.shape)))
+        return addmm(bias, a, b)
+
+    monkeypatch.setattr(torch, "mm", spy_mm)
+    monkeypatch.setattr(torch, "addmm", spy_addmm)
+    return shapes
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16])
+def test_under_bf16_autocast_every_product_has_the_bucketed_row_count(product_shapes, bias, x_dtype):
+    x = torch.randn(7, 53, 24, dtype=x_dtype, requires_grad=True)  # 371 rows -> 384
+    layer = BucketedLinear(24, 40, bias=bias)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+    assert y.shape == (7, 53, 40) and y.dtype == torch.bfloat16
+    y.float().square().sum().backward()
+    assert product_shapes == [((384, 24), (24, 40)), ((384, 40), (40, 24)), ((40, 384), (384, 24))]
+    assert x.grad.dtype == x_dtype and layer.weight.grad.dtype == torch.float32
+
+
+def test_without_autocast_or_on_a_bucket_size_it_is_f_linear(product_shapes):
+    layer = BucketedLinear(8, 4)
+    layer(torch.randn(371, 8))  # fp32: no bucketing
+    layer.to(torch.bfloat16)(torch.randn(371, 8, dtype=torch.bfloat16))  # bf16 weights, no autocast: none either
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        layer.float()(torch.randn(384, 8))  # already a bucket size
+    assert product_shapes == []
+
+
+@pytest.mark.parametrize("rows", [5, 371, 384, 1000])
+def test_results_and_gradients_equal_f_linear_under_autocast(rows):
+    torch.manual_seed(rows)
+    x = torch.randn(rows, 32, requires_grad=True)
+    w = torch.randn(48, 32, requires_grad=True)
+    b = torch.randn(48, requires_grad=True)
+    g = torch.randn(rows, 48)
+    outs = []
+    for fn in (F.linear, linear):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = fn(x, w, b)
+        (y.float() * g).sum().backward()
+        outs.append([y.float(), x.grad, w.grad, b.grad])
+        x.grad = w.grad = b.grad = None
+    for ours, theirs in zip(outs[1], outs[0]):
+        torch.testing.assert_close(ours, theirs, rtol=1e-2, atol=1e-2)
+
+
+def test_a_models_bf16_loss_and_gradients_do_not_change(monkeypatch):
+    cfg = dict(encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_layers=2, encoder_attention_heads=2,
+               decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=2, decoder_attention_heads=2,
+               dropout=0.0, max_source_positions=64, max_target_positions=64)
+
+    class Dictionary:
+        def __len__(self):
+            return 50
+
+        def pad(self):
+            return 1
+
+        def fingerprint(self):
+            return "d50"
+
+    g = torch.Generator().manual_seed(3)
+    src, prev = torch.randint(4, 50, (6, 11), generator=g), torch.randint(4, 50, (6, 13), generator=g)  # 66, 78 rows
+    results = []
+    for bucketed in (False, True):
+        if not bucketed:
+            monkeypatch.setattr(row_buckets, "bucket_rows", lambda n: n)
+        else:
+            monkeypatch.undo()
+        torch.manual_seed(0)
+        model = build_model(cfg, Dictionary(), Dictionary()).train()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(src, None, prev)  # (B, T, V)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), prev.flatten())
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (loss_plain, grads_plain), (loss_bucketed, grads_bucketed) = results
+    torch.testing.assert_close(loss_bucketed, loss_plain, rtol=1e-3, atol=1e-3)
+    for name, grad in grads_plain.items():
+        torch.testing.assert_close(grads_bucketed[name], grad, rtol=0.05, atol=2e-3, msg=name)
+
+
+def test_plain_shares_the_parameters():
+    layer = BucketedLinear(6, 3)
+    plain = layer.plain()
+    assert type(plain) is torch.nn.Linear and plain.weight is layer.weight and plain.bias is layer.bias
+    assert BucketedLinear(6, 3, bias=False).plain().bias is None
