@@ -57,13 +57,25 @@ def test_under_bf16_autocast_every_product_has_the_bucketed_row_count(product_sh
     assert x.grad.dtype == x_dtype and layer.weight.grad.dtype == torch.float32
 
 
-def test_without_autocast_or_on_a_bucket_size_it_is_f_linear(product_shapes):
+def test_in_fp32_or_on_a_bucket_size_it_is_f_linear(product_shapes):
     layer = BucketedLinear(8, 4)
     layer(torch.randn(371, 8))  # fp32: no bucketing
-    layer.to(torch.bfloat16)(torch.randn(371, 8, dtype=torch.bfloat16))  # bf16 weights, no autocast: none either
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        layer.float()(torch.randn(384, 8))  # already a bucket size
+        layer(torch.randn(384, 8))  # already a bucket size
     assert product_shapes == []
+
+
+def test_bf16_weights_without_autocast_are_bucketed_too(product_shapes):
+    """nmt-generate --bf16 casts the weights instead of using autocast."""
+    layer = BucketedLinear(16, 12)
+    x = torch.randn(2, 185, 16)  # 370 rows -> 384
+    expected = F.linear(x.bfloat16(), layer.weight.bfloat16(), layer.bias.bfloat16())
+    layer.to(torch.bfloat16)
+    with torch.inference_mode():
+        y = layer(x.bfloat16())
+    assert product_shapes == [((384, 16), (16, 12))]
+    assert y.shape == (2, 185, 12) and y.dtype == torch.bfloat16
+    torch.testing.assert_close(y, expected)
 
 
 @pytest.mark.parametrize("rows", [5, 371, 384, 1000])
