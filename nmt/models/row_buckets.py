@@ -42,21 +42,27 @@ def _padded(t: Tensor, rows: int, dtype: torch.dtype) -> Tensor:
     return out
 
 
+def _padded_product(x: Tensor, weight: Tensor, bias: Optional[Tensor], rows: int,
+                    dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+    """(x W^T + b for x's M rows, the padded x (rows, K), W) in ``dtype``, computed on ``rows`` rows."""
+    xp = _padded(x, rows, dtype)  # (rows, K)
+    w = weight.to(dtype)  # (N, K)
+    y = torch.mm(xp, w.t()) if bias is None else torch.addmm(bias.to(dtype), xp, w.t())  # (rows, N)
+    return y[: x.size(0)], xp, w
+
+
 class _RowBucketedLinear(torch.autograd.Function):
     """x W^T + b in ``dtype`` on ``rows`` rows (x's own rows, then zeros); forward and backward keep that
-    row count, so the weight gradient's product has a bucketed shape too. Runs with autocast off and does
-    the casts autocast would have done (inputs to ``dtype``, gradients back to each input's dtype)."""
+    row count, so the weight gradient's product has a bucketed shape too. It does the casts autocast would
+    have done (inputs to ``dtype``, gradients back to each input's dtype)."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Optional[Tensor], rows: int,
                 dtype: torch.dtype) -> Tensor:
-        m = x.size(0)
-        xp = _padded(x, rows, dtype)  # (rows, K)
-        w = weight.to(dtype)  # (N, K)
-        y = torch.mm(xp, w.t()) if bias is None else torch.addmm(bias.to(dtype), xp, w.t())  # (rows, N)
+        y, xp, w = _padded_product(x, weight, bias, rows, dtype)
         ctx.save_for_backward(xp, w)
-        ctx.meta = (m, x.dtype, weight.dtype, None if bias is None else bias.dtype)
-        return y[:m]
+        ctx.meta = (x.size(0), x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        return y
 
     @staticmethod
     def backward(ctx: Any, grad_y: Tensor) -> tuple[Optional[Tensor], ...]:
@@ -69,23 +75,25 @@ class _RowBucketedLinear(torch.autograd.Function):
         return grad_x, grad_w, grad_b, None, None
 
 
-def compute_dtype(x: Tensor, weight: Tensor) -> torch.dtype:
-    """The dtype a CPU product of ``x`` and ``weight`` runs in: autocast's when it is on, else the weight's."""
-    return torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else weight.dtype
-
-
 def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
     """``F.linear(x, weight, bias)``; a CPU product in bf16/fp16 (under autocast, or with such weights) runs on
-    bucketed rows."""
+    bucketed rows. Called for every linear layer at every decoding step, so it keeps its own cost low."""
     if x.device.type != "cpu" or x.dim() < 2:
         return F.linear(x, weight, bias)
-    dtype = compute_dtype(x, weight)
-    flat = x.reshape(-1, x.size(-1))  # (M, K)
-    rows = bucket_rows(flat.size(0))
-    if dtype not in (torch.bfloat16, torch.float16) or rows == flat.size(0):
+    dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else weight.dtype
+    if dtype is not torch.bfloat16 and dtype is not torch.float16:
         return F.linear(x, weight, bias)
-    with torch.autocast("cpu", enabled=False):
+    m = x.numel() // x.size(-1)
+    rows = bucket_rows(m)
+    if rows == m:
+        return F.linear(x, weight, bias)
+    flat = x.reshape(m, x.size(-1))  # (M, K)
+    # Every input of a product below is already in autocast's dtype, so autocast (when on) leaves them alone.
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                    or (bias is not None and bias.requires_grad)):
         y = _RowBucketedLinear.apply(flat, weight, bias, rows, dtype)  # (M, N)
+    else:  # inference: the same product without autograd's bookkeeping (about 30 us a call)
+        y = _padded_product(flat, weight, bias, rows, dtype)[0]
     return y.view(*x.shape[:-1], y.size(-1))
 
 
