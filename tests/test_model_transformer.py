@@ -11,26 +11,13 @@ from nmt.models import build_model
 from nmt.models.incremental_state import new_incremental_state
 from nmt.plugin_loader import load_plugins
 
+from fake_dictionary import PAD, FakeDict
+
 load_plugins()
 torch.set_num_threads(1)
 
-PAD = 1
 ATTENTIONS = ["scaled_dot_product", "additive", "restricted"]
 POSITIONALS = ["sinusoidal", "learned"]
-
-
-class FakeDict:
-    def __init__(self, n: int, tag: str = "x"):
-        self.n, self.tag = n, tag
-
-    def __len__(self):
-        return self.n
-
-    def pad(self):
-        return PAD
-
-    def fingerprint(self):
-        return f"{self.tag}{self.n}"
 
 
 def tiny(**overrides):

@@ -9,17 +9,11 @@ import torch.nn.functional as F
 from nmt.models import build_model
 from nmt.plugin_loader import import_user_dir, load_plugins
 
+from fake_dictionary import FakeDict
+
 # The worked example of docs/writing-plugins.md (Luong's multiplicative attention), used as is.
 PLUGIN = (Path(__file__).resolve().parent.parent / "docs" / "examples" / "my_plugins"
           / "multiplicative_attention.py").read_text(encoding="utf-8")
-
-
-class Dict:
-    def __len__(self):
-        return 16
-
-    def pad(self):
-        return 1
 
 
 def test_user_attention_plugin_trains_a_tiny_model(tmp_path):
@@ -30,7 +24,7 @@ def test_user_attention_plugin_trains_a_tiny_model(tmp_path):
     torch.set_num_threads(1)
     model = build_model({"arch": "transformer_tiny", "encoder_embed_dim": 32, "decoder_embed_dim": 32,
                          "encoder_ffn_embed_dim": 64, "decoder_ffn_embed_dim": 64, "dropout": 0.0,
-                         "attention": "multiplicative", "share_all_embeddings": True}, Dict(), Dict())
+                         "attention": "multiplicative", "share_all_embeddings": True}, FakeDict(16), FakeDict(16))
     assert set(model.plugin_names().values()) >= {"multiplicative"}
     src = torch.randint(4, 16, (8, 6))
     target = src.clone()  # copy task

@@ -14,6 +14,7 @@ from nmt.models.dropout import dropout
 from nmt.models.incremental_state import merge_incremental_states, new_incremental_state
 from nmt.plugin_loader import load_plugins
 from nmt.registry import ATTENTION
+from fake_dictionary import PAD, FakeDict
 from test_attention_plugins import inputs
 from test_generate_setup import call_cli, make_checkpoint, make_data_bin
 from train_toy_data import TINY_MODEL, call_train, make_toy_task, read_log, run_train
@@ -21,7 +22,6 @@ from train_toy_data import TINY_MODEL, call_train, make_toy_task, read_log, run_
 load_plugins()
 torch.set_num_threads(1)
 
-PAD = 1
 
 
 def make(causal: bool, k: int = 3, dim: int = 16, heads: int = 2, seed: int = 0):
@@ -145,20 +145,6 @@ def test_option_is_checked_and_cross_attention_is_refused():
 
 
 # ---- the decoder: cached == full pass -------------------------------------------------------
-
-
-class FakeDict:
-    def __init__(self, n: int):
-        self.n = n
-
-    def __len__(self):
-        return self.n
-
-    def pad(self):
-        return PAD
-
-    def fingerprint(self):
-        return f"x{self.n}"
 
 
 def tiny(k: int = 2):

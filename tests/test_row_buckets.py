@@ -12,6 +12,8 @@ from nmt.models import build_model, row_buckets
 from nmt.models.row_buckets import BucketedLinear, bucket_rows, linear
 from nmt.plugin_loader import load_plugins
 
+from fake_dictionary import FakeDict
+
 load_plugins()
 
 
@@ -100,33 +102,22 @@ def test_a_models_bf16_loss_and_gradients_do_not_change(monkeypatch):
     cfg = dict(encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_layers=2, encoder_attention_heads=2,
                decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=2, decoder_attention_heads=2,
                dropout=0.0, max_source_positions=64, max_target_positions=64)
-
-    class Dictionary:
-        def __len__(self):
-            return 50
-
-        def pad(self):
-            return 1
-
-        def fingerprint(self):
-            return "d50"
-
     g = torch.Generator().manual_seed(3)
     src, prev = torch.randint(4, 50, (6, 11), generator=g), torch.randint(4, 50, (6, 13), generator=g)  # 66, 78 rows
-    results = []
-    for bucketed in (False, True):
-        if not bucketed:
-            monkeypatch.setattr(row_buckets, "bucket_rows", lambda n: n)
-        else:
-            monkeypatch.undo()
+
+    def loss_and_grads():
         torch.manual_seed(0)
-        model = build_model(cfg, Dictionary(), Dictionary()).train()
+        model = build_model(cfg, FakeDict(50), FakeDict(50)).train()
         with torch.autocast("cpu", dtype=torch.bfloat16):
             logits = model(src, None, prev)  # (B, T, V)
         loss = F.cross_entropy(logits.float().flatten(0, 1), prev.flatten())
         loss.backward()
-        results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
-    (loss_plain, grads_plain), (loss_bucketed, grads_bucketed) = results
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    monkeypatch.setattr(row_buckets, "bucket_rows", lambda n: n)
+    loss_plain, grads_plain = loss_and_grads()
+    monkeypatch.undo()
+    loss_bucketed, grads_bucketed = loss_and_grads()
     torch.testing.assert_close(loss_bucketed, loss_plain, rtol=1e-3, atol=1e-3)
     for name, grad in grads_plain.items():
         torch.testing.assert_close(grads_bucketed[name], grad, rtol=0.05, atol=2e-3, msg=name)
