@@ -75,10 +75,11 @@ def generate_speed(model: Path, data: Path, beam: int, threads: int, precision: 
 
 
 class Server:
-    def __init__(self, model: Path, beam: int, threads: int, precision: list[str], workers: int = 1):
+    def __init__(self, model: Path, beam: int, threads: int, precision: list[str], workers: int = 1,
+                 server_flags: tuple[str, ...] = ()):
         self.process = subprocess.Popen([*cli("nmt-serve"), str(model), "--port", "0", "--beam", str(beam),
                                          "--threads", str(max(1, threads // workers)), "--workers", str(workers),
-                                         *precision],
+                                         *precision, *server_flags],
                                         stderr=subprocess.PIPE, text=True, start_new_session=True)
         assert self.process.stderr is not None
         line = ""
@@ -175,12 +176,14 @@ def percentile(values: list[float], q: float) -> float:
 @click.option("--quantize", default="none", show_default=True, type=click.Choice(["none", "int8", "fp16"]),
               help="--quantize of the server and of nmt-generate.")
 @click.option("--bf16", is_flag=True, help="--bf16 for the server and nmt-generate (instead of --quantize).")
+@click.option("--compile", "compile_step", is_flag=True, help="nmt-serve --compile (nmt-generate stays eager: "
+              "compiling does not pay for one test set).")
 @click.option("--clients", default="1,8,32,64", show_default=True)
 @click.option("--requests", "max_requests", default=1000, show_default=True, help="Requests per level at most.")
 @click.option("--seconds", "max_seconds", default=60.0, show_default=True, help="Seconds per level at most.")
 @click.option("--latency-requests", default=50, show_default=True)
 def main(model: str | None, data: str | None, beam: int, threads: int, workers: int, quantize: str, bf16: bool,
-         clients: str,
+         compile_step: bool, clients: str,
          max_requests: int, max_seconds: float, latency_requests: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if model is None:
@@ -194,9 +197,10 @@ def main(model: str | None, data: str | None, beam: int, threads: int, workers: 
         if bf16 and quantize != "none":
             sys.exit("serve_load: --bf16 and --quantize: choose one")
         precision = precision_flags(quantize, bf16)
-        server = Server(model_dir, beam, threads, precision, workers)
+        server = Server(model_dir, beam, threads, precision, workers, ("--compile",) if compile_step else ())
         try:
-            print(f"beam {beam}, {threads} threads, {' '.join(precision)}, nmt-serve --workers {workers}; "
+            print(f"beam {beam}, {threads} threads, {' '.join(precision)}, nmt-serve --workers {workers}"
+                  f"{' --compile' if compile_step else ''}; "
                   "nmt-generate --batch-size 128 (search time) runs just before each level, while the server is "
                   "stopped: this machine's speed drifts, so each share "
                   "compares neighbours")

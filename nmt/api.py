@@ -220,11 +220,13 @@ def _frozen(value: Any) -> Any:
 
 
 def load(path: str | Path, data: str | Path | None = None, *, bf16: bool = False, quantize: str = "none",
-         threads: int | None = None, user_dir: str | Path | None = None, seed: int = 1) -> TranslationModel:
+         compile: bool = False, threads: int | None = None, user_dir: str | Path | None = None,
+         seed: int = 1) -> TranslationModel:
     """A model ready to translate raw text: a model folder (nmt-export), or checkpoint(s) (':'-joined: an
     ensemble) with ``data``, the data-bin they were trained on. ``bf16`` runs the weights in bfloat16,
-    ``quantize="int8"`` (or ``"fp16"``) the linear layers with int8 (fp16) weights on the CPU; ``user_dir``
-    imports a folder of plugins the model needs."""
+    ``quantize="int8"`` (or ``"fp16"``) the linear layers with int8 (fp16) weights on the CPU; ``compile``
+    compiles the decoder step (nmt-generate's --compile: the first translations of each kind of search
+    compile it, later ones run faster); ``user_dir`` imports a folder of plugins the model needs."""
     from nmt.config.fields import to_dataclass
     from nmt.generation.inference import load_inference_models, model_and_data, open_data_dir
     from nmt.model_folder.layout import is_model_folder, read_manifest
@@ -239,7 +241,8 @@ def load(path: str | Path, data: str | Path | None = None, *, bf16: bool = False
         raise UsageError(f"nmt.load({str(path)!r}): a checkpoint needs data=<the data-bin it was trained on> "
                          "(or export a model folder with nmt-export)")
     folder = open_data_dir(data_dir, None, None)
-    inference = to_dataclass(InferenceConfig, {"path": paths, "bf16": bf16, "quantize": quantize, "threads": threads},
+    inference = to_dataclass(InferenceConfig, {"path": paths, "bf16": bf16, "quantize": quantize, "compile": compile,
+                                               "threads": threads},
                              where="nmt.load().")  # checked: a bad value is one ConfigError line
     ens = load_inference_models(inference, folder)
     info = read_manifest(paths) if paths and is_model_folder(paths) else {}

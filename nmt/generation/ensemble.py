@@ -16,6 +16,9 @@ import torch.nn.functional as F
 DEFAULT_MAX_POSITIONS = 1024
 
 
+RECOMPILE_LIMIT = 64  # --compile: compiled variants of the decoder step kept at most (see compile_decoders)
+
+
 def _split_decoder_output(out: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(logits, cross-attention (B, T, S) or None) from what the decoder returned.
 
@@ -73,6 +76,19 @@ class EnsembleModel:
         self._static_keys = [_static_cache_keys(m) for m in self.models]
         self.can_merge = all(_can_merge(m) for m in self.models)  # searches may then refill finished rows
         self.can_share_encoder = all(_can_share_encoder(m) for m in self.models)  # beams may share encoder rows
+        self.decoders: list[Any] = [m.decoder for m in self.models]  # what step() calls: compiled by compile_decoders
+
+    def compile_decoders(self) -> None:
+        """--compile: every member's decoder step through torch.compile (inductor). Shapes are dynamic (rows and
+        cache length change at every step), and the weights are frozen into the compiled code (inference only),
+        which lets inductor pre-pack them for its products. A step of a new kind (the first one, a reordered or
+        merged cache, attention weights asked for) compiles once more on first sight."""
+        import torch._dynamo.config
+
+        # each kind of step is a compiled variant of the one function; past dynamo's default of 8 a new kind would
+        # run eagerly (slowly) for the rest of the process, and a server meets more (beams, padding, attention)
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        self.decoders = [torch.compile(m.decoder, dynamic=True, options={"freezing": True}) for m in self.models]
 
     def max_source_positions(self) -> int:
         """The longest source every member was built for (its model config's max source positions)."""
@@ -141,9 +157,9 @@ class EnsembleModel:
         """Log-probabilities (N, V) of the next token after prefix ``tokens`` (N, t), in fp32,
         and the cross-attention (N, S) of that step averaged over the members (or None)."""
         lprobs_all, attn_sum = [], None
-        for m, enc, state in zip(self.models, encs, states):
+        for decoder, enc, state in zip(self.decoders, encs, states):
             extra = {"need_weights": True} if need_attn else {}
-            logits, attn = _split_decoder_output(m.decoder(tokens, enc, incremental_state=state, **extra))
+            logits, attn = _split_decoder_output(decoder(tokens, enc, incremental_state=state, **extra))
             # fp32 first: torch's log-softmax of bf16 into fp32 (dtype=) runs 3x slower than the cast plus the fp32 one
             lprobs_all.append(F.log_softmax(logits[:, -1, :].float(), dim=-1))  # (N, V) fp32
             if need_attn and attn is not None:

@@ -223,7 +223,8 @@ def make_translator(gen: GenerationConfig, inf: InferenceConfig, data: DataDir, 
 
 
 def load_inference_models(inf: InferenceConfig, data: DataDir) -> EnsembleModel:
-    """The models of ``--path`` as an ensemble ready to decode (threads set, --bf16 or --quantize applied)."""
+    """The models of ``--path`` as an ensemble ready to decode (threads set, --bf16 or --quantize applied,
+    --compile'd)."""
     from nmt.allocator import keep_freed_memory
 
     keep_freed_memory()
@@ -232,12 +233,19 @@ def load_inference_models(inf: InferenceConfig, data: DataDir) -> EnsembleModel:
     if inf.bf16 and inf.quantize != "none":
         raise ConfigError(f"--bf16 and --quantize {inf.quantize}: choose one ({inf.quantize} weights replace the fp32 "
                           "ones)")
+    if inf.compile and inf.quantize != "none":
+        raise ConfigError(f"--compile and --quantize {inf.quantize}: choose one (torch.compile does not take the "
+                          "dynamic-quantized layers); --compile --bf16 is the faster pair on the CPU")
     ens = load_ensemble(inf.path, data.src_dict, data.tgt_dict)
     if inf.quantize != "none":
         from nmt.generation.quantize import quantize_models
 
         return quantize_models(ens, inf.quantize)
-    return to_bf16(ens) if inf.bf16 else ens
+    if inf.bf16:
+        to_bf16(ens)
+    if inf.compile:
+        ens.compile_decoders()
+    return ens
 
 
 def search_for(gen: GenerationConfig, ens: EnsembleModel, data: DataDir, seed: int) -> Search:

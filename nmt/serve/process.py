@@ -26,6 +26,53 @@ def model_location(cfg: ServeJob) -> tuple[str, str]:
     return path, data
 
 
+def warm_up(model: TranslationModel, gen: Any, new_batcher: Callable[[], Any]) -> None:
+    """--compile: the default search on made-up traffic before the first request, so that the kinds of decoder step
+    a server meets (first and later steps, one sentence or many, sources with or without padding, beams
+    reordered, sentences joining a running search) are compiled now instead of during the first requests.
+    A separate batcher of the server's settings (``new_batcher``) runs in this thread, as the real one will,
+    while a feeder thread sends it a lone sentence, three of one length, waves of one-sentence requests of mixed
+    lengths that join each other's searches, and short sentences that join long ones and end first. Another
+    search (a request's own beam, alignment) compiles on first use."""
+    import sys
+    import time
+
+    from nmt.serve.batcher import Job
+
+    start = time.perf_counter()
+    print("nmt-serve: --compile: compiling the decoder step before serving (a minute or more)", file=sys.stderr,
+          flush=True)
+    batcher = new_batcher()
+
+    def request(*words: int) -> Any:
+        sentences = [" ".join(["a"] * n) for n in words]
+        return batcher.submit(Job(sentences, [model.encode(s) for s in sentences], gen))
+
+    def feed() -> None:
+        try:
+            request(5).result()
+            request(6, 6, 6).result()  # no padding
+            for wave in range(4):
+                futures = [request(1 + (7 * k + wave) % 23) for k in range(12)]
+                futures[0].result()  # the rest of the wave and the next one join running searches
+            for f in futures:
+                f.result()
+            for words in ((30, 28, 26), (30,)):  # short ones join long ones, end first, and leave one or several
+                longs = [request(n) for n in words]  # sentences in a merged search
+                time.sleep(0.05)
+                request(2).result()
+                for f in longs:
+                    f.result()
+        finally:
+            batcher.close()
+
+    feeder = threading.Thread(target=feed, name="nmt-warm-up", daemon=True)
+    feeder.start()
+    batcher.run()
+    feeder.join()
+    print(f"nmt-serve: --compile: compiled in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+
+
 def serve(cfg: ServeJob, sock: socket.socket, on_ready: Callable[[TranslationModel], None]) -> int:
     """Load the model, serve ``sock`` until SIGTERM/SIGINT and the drain that follows; the sentences translated.
     ``on_ready`` is called once the model is loaded and the default search checked, before the first request."""
@@ -36,13 +83,19 @@ def serve(cfg: ServeJob, sock: socket.socket, on_ready: Callable[[TranslationMod
     from nmt.serve.batcher import DynamicBatcher
 
     path, data = model_location(cfg)
-    model = load(path, data, bf16=cfg.inference.bf16, quantize=cfg.inference.quantize, threads=cfg.inference.threads,
-                 seed=cfg.common.seed)
-    batcher = DynamicBatcher(model, max_tokens=cfg.inference.max_tokens or 8192,
-                             max_sentences=cfg.inference.batch_size or 128,
-                             wait_seconds=cfg.batch_wait_ms / 1000, max_queue=cfg.max_queue)
+    model = load(path, data, bf16=cfg.inference.bf16, quantize=cfg.inference.quantize, compile=cfg.inference.compile,
+                 threads=cfg.inference.threads, seed=cfg.common.seed)
+
+    def new_batcher() -> DynamicBatcher:
+        return DynamicBatcher(model, max_tokens=cfg.inference.max_tokens or 8192,
+                              max_sentences=cfg.inference.batch_size or 128,
+                              wait_seconds=cfg.batch_wait_ms / 1000, max_queue=cfg.max_queue)
+
+    batcher = new_batcher()
     service = TranslationService(model, batcher, cfg)
-    service.search({})  # the default search is checked before the first request
+    default = service.search({})  # the default search is checked before the first request
+    if cfg.inference.compile:
+        warm_up(model, default, new_batcher)
     app = build_app(service, start_batcher=False)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                                            timeout_graceful_shutdown=int(cfg.drain_seconds)))

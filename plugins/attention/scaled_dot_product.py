@@ -36,7 +36,10 @@ class ScaledDotProductAttention(AttentionBase):
         # few queries of a decoding step (the one query of a row, or a sentence's beams sharing its
         # encoder rows: 3x in bf16 at beam 5 x batch 128), so those take the explicit path; encoding,
         # tiny batches and CUDA keep the fused kernel.
-        explicit_on_cpu = (T <= FEW_QUERIES and q.size(0) * T > TINY) or (torch.is_grad_enabled() and q.requires_grad)
+        # (compiled code takes the explicit path for any batch: inductor fuses it, and no branch on the row count
+        # makes it compile once more when a batch crosses TINY)
+        explicit_on_cpu = ((T <= FEW_QUERIES and (torch.compiler.is_compiling() or q.size(0) * T > TINY))
+                           or (torch.is_grad_enabled() and q.requires_grad))
         if need_weights or (not q.is_cuda and explicit_on_cpu):
             mask = allowed_mask(T, S, key_padding_mask, causal, q.device)
             out, weights = softmax_attention((q @ k.transpose(-2, -1)) * self.scale, v, mask, dropout, self.training)
