@@ -14,8 +14,6 @@ import torch
 import torch.nn.functional as F
 
 DEFAULT_MAX_POSITIONS = 1024
-
-
 RECOMPILE_LIMIT = 64  # --compile: compiled variants of the decoder step kept at most (see compile_decoders)
 
 

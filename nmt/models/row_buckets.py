@@ -78,11 +78,11 @@ class _RowBucketedLinear(torch.autograd.Function):
 def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
     """``F.linear(x, weight, bias)``; a CPU product in bf16/fp16 (under autocast, or with such weights) runs on
     bucketed rows. Called for every linear layer at every decoding step, so it keeps its own cost low."""
-    if x.device.type != "cpu" or x.dim() < 2 or torch.compiler.is_compiling():  # compiled code: inductor's products
+    if x.device.type != "cpu" or x.dim() < 2:
         return F.linear(x, weight, bias)
     dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else weight.dtype
-    if dtype is not torch.bfloat16 and dtype is not torch.float16:
-        return F.linear(x, weight, bias)
+    if (dtype is not torch.bfloat16 and dtype is not torch.float16) or torch.compiler.is_compiling():
+        return F.linear(x, weight, bias)  # (compiled code, --compile: inductor's own products)
     m = x.numel() // x.size(-1)
     rows = bucket_rows(m)
     if rows == m:

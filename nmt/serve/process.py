@@ -12,8 +12,10 @@ import threading
 from typing import Any, Callable
 
 from nmt.api import TranslationModel
+from nmt.config.generate import GenerationConfig
 from nmt.config.serve import ServeJob
 from nmt.errors import UsageError
+from nmt.serve.batcher import DynamicBatcher, Job
 
 
 def model_location(cfg: ServeJob) -> tuple[str, str]:
@@ -26,7 +28,7 @@ def model_location(cfg: ServeJob) -> tuple[str, str]:
     return path, data
 
 
-def warm_up(model: TranslationModel, gen: Any, new_batcher: Callable[[], Any]) -> None:
+def warm_up(model: TranslationModel, gen: GenerationConfig, new_batcher: Callable[[], DynamicBatcher]) -> None:
     """--compile: the default search on made-up traffic before the first request, so that the kinds of decoder step
     a server meets (first and later steps, one sentence or many, sources with or without padding, beams
     reordered, sentences joining a running search) are compiled now instead of during the first requests.
@@ -36,8 +38,6 @@ def warm_up(model: TranslationModel, gen: Any, new_batcher: Callable[[], Any]) -
     search (a request's own beam, alignment) compiles on first use."""
     import sys
     import time
-
-    from nmt.serve.batcher import Job
 
     start = time.perf_counter()
     print("nmt-serve: --compile: compiling the decoder step before serving (a minute or more)", file=sys.stderr,
@@ -80,8 +80,6 @@ def serve(cfg: ServeJob, sock: socket.socket, on_ready: Callable[[TranslationMod
 
     from nmt.api import load
     from nmt.serve.app import TranslationService, build_app
-    from nmt.serve.batcher import DynamicBatcher
-
     path, data = model_location(cfg)
     model = load(path, data, bf16=cfg.inference.bf16, quantize=cfg.inference.quantize, compile=cfg.inference.compile,
                  threads=cfg.inference.threads, seed=cfg.common.seed)
