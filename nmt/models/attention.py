@@ -19,6 +19,7 @@ import uuid
 from typing import Any, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt.errors import ConfigError
@@ -55,6 +56,46 @@ def attention_weights(scores: Tensor, mask: Optional[Tensor]) -> Tensor:
         scores = scores.masked_fill(~mask, float("-inf"))
     low_precision = scores.dtype in (torch.float16, torch.bfloat16)  # softmax in fp32 then
     return torch.softmax(scores, dim=-1, dtype=torch.float32 if low_precision else None).to(scores.dtype)
+
+
+LENGTH_MULTIPLE = 4  # training on the CPU in bf16/fp16: the explicit product's lengths, padded to a multiple of this
+
+
+def pads_lengths(q: Tensor) -> bool:
+    """Whether :func:`explicit_attention` pads the lengths: a CPU bf16/fp16 product with autograd (training).
+
+    oneDNN builds and keeps a kernel for each shape of a bf16 batched product, and the attention's shapes
+    (batch x heads, length, length) change with nearly every batch of a token-batched epoch: the bf16
+    training of the fairseq reference shape built 660 of them in its first 100 updates, each leaving about
+    0.7 MB with the process, so its memory grew by 0.6 GB over 240 updates while fp32's stayed flat. With
+    both lengths a multiple of 4 it built 234, and ran no slower (docs/training.md). Inference, whose keys grow
+    by one at every decoding step out of a cache, keeps its exact lengths."""
+    return (q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16) and torch.is_grad_enabled()
+            and q.requires_grad)
+
+
+def explicit_attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], causal: bool,
+                       scale: float, dropout: float, training: bool) -> tuple[Tensor, Tensor]:
+    """softmax(q k^T * scale) v, computed step by step (not torch's fused kernel): q (B,H,T,d_k), k (B,H,S,d_k),
+    v (B,H,S,D). Returns (output (B,H,T,D), weights (B,H,T,S)). In CPU bf16/fp16 training (:func:`pads_lengths`)
+    the products run on lengths padded with zeros to a multiple of :data:`LENGTH_MULTIPLE`: padded keys are
+    masked out, padded queries are dropped, so no real output or gradient changes."""
+    T, S = q.size(2), k.size(2)
+    pad_t, pad_s = ((-T % LENGTH_MULTIPLE, -S % LENGTH_MULTIPLE)
+                    if pads_lengths(q) and (T == S or not causal) else (0, 0))
+    if pad_s:
+        k, v = F.pad(k, (0, 0, 0, pad_s)), F.pad(v, (0, 0, 0, pad_s))  # (B, H, S', d_k|D)
+        if key_padding_mask is None:
+            key_padding_mask = torch.arange(S + pad_s, device=q.device)[None, :] >= S  # (1, S')
+        else:
+            key_padding_mask = F.pad(key_padding_mask, (0, pad_s), value=True)  # (B, S')
+    if pad_t:
+        q = F.pad(q, (0, 0, 0, pad_t))  # (B, H, T', d_k)
+    mask = allowed_mask(T + pad_t, S + pad_s, key_padding_mask, causal, q.device)
+    out, weights = softmax_attention((q @ k.transpose(-2, -1)) * scale, v, mask, dropout, training)
+    if pad_t or pad_s:
+        return out[:, :, :T], weights[:, :, :T, :S]
+    return out, weights
 
 
 def softmax_attention(scores: Tensor, v: Tensor, mask: Optional[Tensor], dropout: float,

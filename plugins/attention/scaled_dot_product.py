@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from nmt.models.attention import AttentionBase, allowed_mask, softmax_attention
+from nmt.models.attention import AttentionBase, allowed_mask, explicit_attention
 from nmt.registry import register_attention
 
 FEW_QUERIES = 16  # up to this many queries per row, the explicit product is faster on the CPU ...
@@ -41,8 +41,7 @@ class ScaledDotProductAttention(AttentionBase):
         explicit_on_cpu = ((T <= FEW_QUERIES and (torch.compiler.is_compiling() or q.size(0) * T > TINY))
                            or (torch.is_grad_enabled() and q.requires_grad))
         if need_weights or (not q.is_cuda and explicit_on_cpu):
-            mask = allowed_mask(T, S, key_padding_mask, causal, q.device)
-            out, weights = softmax_attention((q @ k.transpose(-2, -1)) * self.scale, v, mask, dropout, self.training)
+            out, weights = explicit_attention(q, k, v, key_padding_mask, causal, self.scale, dropout, self.training)
             return out, (weights if need_weights else None)  # (B, H, T, D), (B, H, T, S) or None
         if causal and T == S and key_padding_mask is None:  # no mask is materialised
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True), None
