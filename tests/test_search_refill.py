@@ -5,11 +5,13 @@ alone, although its rows share the key/value cache with sentences that started e
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 import nmt.generation.search as search_module
-from nmt.allocator import keep_freed_memory
+from nmt.allocator import KERNEL_CACHE_CAPACITY, keep_built_kernels, keep_freed_memory
 from nmt.config.generate import GenerationConfig
 from nmt.generation.ensemble import EnsembleModel
 from nmt.generation.inference import load_ensemble, open_data_dir
@@ -113,6 +115,15 @@ def test_freed_memory_is_kept_on_linux():
     import sys
 
     assert keep_freed_memory() is sys.platform.startswith("linux")
+
+
+def test_onednn_keeps_more_kernels_unless_the_user_said_how_many(monkeypatch):
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    keep_built_kernels()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(KERNEL_CACHE_CAPACITY)
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
+    keep_built_kernels()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "64"
 
 
 def test_beam_deferring_a_batchs_last_sentences_changes_nothing(setup, monkeypatch):

@@ -225,9 +225,10 @@ def make_translator(gen: GenerationConfig, inf: InferenceConfig, data: DataDir, 
 def load_inference_models(inf: InferenceConfig, data: DataDir) -> EnsembleModel:
     """The models of ``--path`` as an ensemble ready to decode (threads set, --bf16 or --quantize applied,
     --compile'd)."""
-    from nmt.allocator import keep_freed_memory
+    from nmt.allocator import keep_built_kernels, keep_freed_memory
 
     keep_freed_memory()
+    keep_built_kernels()
     if inf.threads:
         torch.set_num_threads(inf.threads)
     if inf.bf16 and inf.quantize != "none":

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from nmt.allocator import keep_freed_memory
+from nmt.allocator import keep_built_kernels, keep_freed_memory
 from nmt.checkpoint.manager import CheckpointManager, TrainingParts
 from nmt.checkpoint.rng_state import get_rng_state
 from nmt.checkpoint.save_dir import hold_save_dir
@@ -312,6 +312,7 @@ def train_worker(cfg: TrainJob, save_dir_held: bool = False) -> dict[str, Any]:
     with preemption.stop_requests() as stop:  # first: a signal while starting up stops after update 1
         load_plugins(cfg.common.user_dir)  # a spawned worker starts with empty registries
         keep_freed_memory()  # every update frees and re-allocates the same large activations
+        keep_built_kernels()
         ctx = distributed.init(cfg.distributed_training)
         run = None
         try:
