@@ -70,8 +70,8 @@ def pads_lengths(q: Tensor) -> bool:
     0.7 MB with the process, so its memory grew by 0.6 GB over 240 updates while fp32's stayed flat. With
     both lengths a multiple of 4 it built 234, and ran no slower (docs/training.md). Inference, whose keys grow
     by one at every decoding step out of a cache, keeps its exact lengths."""
-    return (q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16) and torch.is_grad_enabled()
-            and q.requires_grad)
+    return (q.requires_grad and torch.is_grad_enabled() and q.device.type == "cpu"  # cheapest first: every
+            and q.dtype in (torch.bfloat16, torch.float16))  # decoding step asks too, and stops at requires_grad
 
 
 def explicit_attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], causal: bool,

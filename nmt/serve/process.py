@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import signal
 import socket
+import sys
 import threading
+import time
 from typing import Any, Callable
 
 from nmt.api import TranslationModel
@@ -36,9 +38,6 @@ def warm_up(model: TranslationModel, gen: GenerationConfig, new_batcher: Callabl
     while a feeder thread sends it a lone sentence, three of one length, waves of one-sentence requests of mixed
     lengths that join each other's searches, and short sentences that join long ones and end first. Another
     search (a request's own beam, alignment) compiles on first use."""
-    import sys
-    import time
-
     start = time.perf_counter()
     print("nmt-serve: --compile: compiling the decoder step before serving (a minute or more)", file=sys.stderr,
           flush=True)
