@@ -34,7 +34,7 @@ def bucket_rows(rows: int) -> int:
     return -(-rows // step) * step
 
 
-def _padded(t: Tensor, rows: int, dtype: torch.dtype) -> Tensor:
+def padded_rows(t: Tensor, rows: int, dtype: torch.dtype) -> Tensor:
     """``t`` (M, N) cast to ``dtype`` with zero rows below it, (rows, N)."""
     out = t.new_empty(rows, t.size(1), dtype=dtype)
     out[: t.size(0)].copy_(t)
@@ -45,7 +45,7 @@ def _padded(t: Tensor, rows: int, dtype: torch.dtype) -> Tensor:
 def _padded_product(x: Tensor, weight: Tensor, bias: Optional[Tensor], rows: int,
                     dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
     """(x W^T + b for x's M rows, the padded x (rows, K), W) in ``dtype``, computed on ``rows`` rows."""
-    xp = _padded(x, rows, dtype)  # (rows, K)
+    xp = padded_rows(x, rows, dtype)  # (rows, K)
     w = weight.to(dtype)  # (N, K)
     y = torch.mm(xp, w.t()) if bias is None else torch.addmm(bias.to(dtype), xp, w.t())  # (rows, N)
     return y[: x.size(0)], xp, w
@@ -68,21 +68,30 @@ class _RowBucketedLinear(torch.autograd.Function):
     def backward(ctx: Any, grad_y: Tensor) -> tuple[Optional[Tensor], ...]:
         xp, w = ctx.saved_tensors
         m, x_dtype, w_dtype, b_dtype = ctx.meta
-        gp = _padded(grad_y, xp.size(0), xp.dtype)  # (rows, N), zero below the real rows
+        gp = padded_rows(grad_y, xp.size(0), xp.dtype)  # (rows, N), zero below the real rows
         grad_x = torch.mm(gp, w)[:m].to(x_dtype) if ctx.needs_input_grad[0] else None
         grad_w = torch.mm(gp.t(), xp).to(w_dtype) if ctx.needs_input_grad[1] else None
         grad_b = grad_y.sum(0).to(b_dtype) if b_dtype is not None and ctx.needs_input_grad[2] else None
         return grad_x, grad_w, grad_b, None, None
 
 
+def bucketed_dtype(x: Tensor, weight: Tensor) -> Optional[torch.dtype]:
+    """The dtype a product of ``x`` and ``weight`` runs in when it runs on bucketed rows: bf16 or fp16 on the CPU
+    (autocast's dtype, else the weight's); None for a plain ``F.linear`` (fp32, CUDA, compiled code)."""
+    if x.device.type != "cpu" or x.dim() < 2:
+        return None
+    dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else weight.dtype
+    if (dtype is not torch.bfloat16 and dtype is not torch.float16) or torch.compiler.is_compiling():
+        return None  # (compiled code, --compile: inductor's own products)
+    return dtype
+
+
 def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
     """``F.linear(x, weight, bias)``; a CPU product in bf16/fp16 (under autocast, or with such weights) runs on
     bucketed rows. Called for every linear layer at every decoding step, so it keeps its own cost low."""
-    if x.device.type != "cpu" or x.dim() < 2:
+    dtype = bucketed_dtype(x, weight)
+    if dtype is None:
         return F.linear(x, weight, bias)
-    dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else weight.dtype
-    if (dtype is not torch.bfloat16 and dtype is not torch.float16) or torch.compiler.is_compiling():
-        return F.linear(x, weight, bias)  # (compiled code, --compile: inductor's own products)
     m = x.numel() // x.size(-1)
     rows = bucket_rows(m)
     if rows == m:

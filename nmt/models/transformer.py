@@ -158,6 +158,11 @@ class TransformerModel(nn.Module):
         """Project decoder features (..., C) to vocabulary logits (..., V)."""
         return self.decoder.output_layer(features)
 
+    def output_matrix(self) -> Optional[Tensor]:
+        """(V, C): ``output_layer(x)`` is ``x @ output_matrix().T``, so a criterion may do that product itself
+        (nmt.training.criterion); None while a quantized projection replaces it."""
+        return self.decoder.output_weight if self.decoder.output_projection is None else None
+
     def plugin_names(self) -> dict[str, str]:
         """role -> plugin name (encoder/decoder/cross attention, encoder/decoder positional)."""
         return dict(self._plugins)

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from nmt.models.row_buckets import bucketed_dtype, linear, padded_rows
 from nmt.registry import CRITERION
 
 LN2 = math.log(2.0)
@@ -25,6 +26,27 @@ LN2 = math.log(2.0)
 # Logits processed at once: a chunk's fp32 copy (4 MB) stays in the CPU's last-level cache
 # (measured on this 2-core EPYC: 2^20 elements beat 2^16..2^22).
 _CHUNK_ELEMENTS = 1 << 20
+
+
+def _loss_and_residual(x: torch.Tensor, gold: torch.Tensor, epsilon: float, eps_i: float
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The summed (loss, nll) of fp32 logits ``x`` (n, V) with gold classes ``gold`` (n, 1); ``x`` is overwritten
+    by the loss's gradient with respect to it, ``p - w`` (softmax minus the smoothed target)."""
+    v = x.size(-1)
+    x_gold = x.gather(-1, gold)  # (n, 1)
+    x_sum = x.sum(-1, keepdim=True)  # (n, 1)
+    m = x.amax(-1, keepdim=True)  # (n, 1)
+    p = x.sub_(m).exp_()  # (n, V) unnormalised softmax, in place
+    z = p.sum(-1, keepdim=True)  # (n, 1)
+    lse = m + z.log()  # (n, 1) log-sum-exp
+    nll = (lse - x_gold).sum()
+    # sum_v -log p_v = V * lse - sum_v x_v
+    loss = (1.0 - epsilon - eps_i) * nll + eps_i * (v * lse - x_sum).sum() if epsilon else nll
+    p.div_(z)  # softmax
+    if epsilon:
+        p.sub_(eps_i)
+    p.scatter_add_(-1, gold, p.new_full(gold.shape, -(1.0 - epsilon - eps_i)))  # p - w
+    return loss, nll
 
 
 class _LabelSmoothedNLL(torch.autograd.Function):
@@ -48,22 +70,10 @@ class _LabelSmoothedNLL(torch.autograd.Function):
         rows = max(1, _CHUNK_ELEMENTS // v)
         for start in range(0, n, rows):
             x = logits[start:start + rows].to(torch.float32, copy=True)  # (n, V) fp32 copy of the chunk
-            gold = target[start:start + rows].unsqueeze(-1)  # (n, 1)
-            x_gold = x.gather(-1, gold)  # (n, 1)
-            x_sum = x.sum(-1, keepdim=True)  # (n, 1)
-            m = x.amax(-1, keepdim=True)  # (n, 1)
-            p = x.sub_(m).exp_()  # (n, V) unnormalised softmax, in place
-            z = p.sum(-1, keepdim=True)  # (n, 1)
-            lse = m + z.log()  # (n, 1) log-sum-exp
-            chunk_nll = (lse - x_gold).sum()
+            chunk_loss, chunk_nll = _loss_and_residual(x, target[start:start + rows].unsqueeze(-1), epsilon, eps_i)
+            loss += chunk_loss
             nll += chunk_nll
-            # sum_v -log p_v = V * lse - sum_v x_v
-            loss += (1.0 - epsilon - eps_i) * chunk_nll + eps_i * (v * lse - x_sum).sum() if epsilon else chunk_nll
-            p.div_(z)  # softmax
-            if epsilon:
-                p.sub_(eps_i)
-            p.scatter_add_(-1, gold, p.new_full(gold.shape, -(1.0 - epsilon - eps_i)))  # p - w
-            grad[start:start + rows] = p
+            grad[start:start + rows] = x  # p - w
         ctx.save_for_backward(grad, target)
         ctx.epsilon, ctx.eps_i = epsilon, eps_i
         return loss, nll
@@ -95,6 +105,88 @@ def label_smoothed_nll_loss(logits: torch.Tensor, target: torch.Tensor, epsilon:
     return _LabelSmoothedNLL.apply(logits, target, float(epsilon))
 
 
+# Rows of the vocabulary projection that projected_label_smoothed_nll_loss computes at once: about 4M logits
+# (428 rows of a 9,816-word vocabulary, 8 MB in bf16). 256 to 512 rows ran equally fast on the AMX Xeon
+# (2026-11-25), 128 a quarter slower: the products want many rows, the softmax wants them in cache.
+_PROJECTION_CHUNK_ELEMENTS = 1 << 22
+# The last block is padded to a whole number of quarter blocks: the products then have four shapes in all, and
+# oneDNN builds (and keeps, with ~0.7 MB each) a kernel per shape; bucketed row counts gave ~100.
+_BLOCK_PARTS = 4
+
+
+class _ProjectedLabelSmoothedNLL(torch.autograd.Function):
+    """The label-smoothed loss of ``features @ weight.T`` with the product done block by block of rows, in
+    ``dtype`` (bf16/fp16). A block's logits are turned into their gradient ``p - w`` in place, and that is
+    multiplied out into the features' and the weight's gradients at once, so the (N, V) logits and their gradient
+    never exist whole (two (N, V) tensors less, and no padded copy of the gradient for the projection's backward).
+    The last block is padded with zero rows to a quarter-block multiple; their logits are zero too (no bias),
+    which stand as their gradient, so they add nothing. The backward only scales what the forward computed, and adds the
+    nll's own term when the nll is back-propagated."""
+
+    @staticmethod
+    def forward(ctx: Any, features: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, epsilon: float,
+                dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        n, v = features.size(0), weight.size(0)
+        eps_i = epsilon / (v - 1)
+        w = weight.to(dtype)  # (V, C)
+        grad_features = torch.zeros_like(features)  # (N, C)
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)  # (V, C), summed over blocks
+        loss = features.new_zeros((), dtype=torch.float32)
+        nll = features.new_zeros((), dtype=torch.float32)
+        part = -(-max(1, _PROJECTION_CHUNK_ELEMENTS // v) // _BLOCK_PARTS)  # a block is _BLOCK_PARTS parts
+        block = part * _BLOCK_PARTS
+        rows = max(1, _CHUNK_ELEMENTS // v)  # the softmax's chunks, as in _LabelSmoothedNLL
+        for start in range(0, n, block):
+            m = min(block, n - start)
+            x = padded_rows(features[start:start + m], -(-m // part) * part, dtype)  # (b, C), zero below row m
+            logits = torch.mm(x, w.t())  # (b, V); zero below row m, which stands as those rows' gradient
+            for first in range(0, m, rows):
+                last = min(m, first + rows)
+                chunk = logits[first:last].to(torch.float32, copy=True)  # (r, V)
+                gold = target[start + first:start + last].unsqueeze(-1)  # (r, 1)
+                chunk_loss, chunk_nll = _loss_and_residual(chunk, gold, epsilon, eps_i)
+                loss += chunk_loss
+                nll += chunk_nll
+                logits[first:last] = chunk  # p - w, in dtype
+            if ctx.needs_input_grad[0]:
+                grad_features[start:start + m] = torch.mm(logits, w)[:m]
+            if ctx.needs_input_grad[1]:
+                grad_weight += torch.mm(logits.t(), x)
+        ctx.save_for_backward(grad_features, grad_weight.to(weight.dtype), features, weight, target)
+        ctx.epsilon, ctx.eps_i = epsilon, eps_i
+        return loss, nll
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_loss: torch.Tensor, grad_nll: torch.Tensor) -> tuple[Any, ...]:
+        grad_features, grad_weight, features, weight, target = ctx.saved_tensors
+        if bool(grad_nll == 0) and bool(grad_loss == 1):  # the usual case: loss.backward()
+            return grad_features, grad_weight, None, None, None
+        scale = grad_loss + grad_nll
+        grad_features, grad_weight = grad_features * scale, grad_weight * scale
+        if bool(grad_nll != 0):  # + g_nll * (w - onehot) @ weight: eps_i off the gold class, -eps on it
+            gold = ctx.epsilon + ctx.eps_i
+            grad_features += grad_nll * (ctx.eps_i * weight.sum(0) - gold * weight[target])  # (N, C)
+            grad_weight += grad_nll * ctx.eps_i * features.sum(0)  # (V, C): every class gets the summed features
+            grad_weight.index_add_(0, target, features * (-gold * grad_nll))
+        return grad_features, grad_weight, None, None, None
+
+
+def projected_label_smoothed_nll_loss(features: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
+                                      epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`label_smoothed_nll_loss` of the logits ``features @ weight.T`` (features (N, C), weight (V, C)).
+
+    Training in bf16/fp16 on the CPU, the product is done in blocks of rows inside the loss
+    (:class:`_ProjectedLabelSmoothedNLL`): as fast as projecting then taking the loss, but without the (N, V)
+    logits and their gradient, ~0.3 GB less peak memory for the fairseq reference shape's ~4,000 target tokens
+    and 9,816 words (docs/training.md), and more with a larger vocabulary. Elsewhere (fp32, CUDA, no gradient) it
+    is the plain projection then the loss, as before."""
+    dtype = bucketed_dtype(features, weight)
+    if dtype is None or not torch.is_grad_enabled() or not (features.requires_grad or weight.requires_grad):
+        return label_smoothed_nll_loss(linear(features, weight), target, epsilon)
+    return _ProjectedLabelSmoothedNLL.apply(features, weight, target, float(epsilon), dtype)
+
+
 def unwrap(model: nn.Module) -> nn.Module:
     """The model inside a DistributedDataParallel (or similar ``.module``) wrapper."""
     return getattr(model, "module", model)
@@ -105,7 +197,9 @@ class Criterion(nn.Module):
 
     Unless ``cfg.project_all_positions``: when the model offers ``features_only=True`` and
     ``output_layer``, the decoder's features are gathered at the non-pad target positions first and
-    only those are projected to the vocabulary (padding costs no (B, T, V) logits)."""
+    only those are projected to the vocabulary (padding costs no (B, T, V) logits). When the model's
+    ``output_matrix()`` says that projection is a plain product with one matrix, :meth:`compute_projected`
+    gets the features and the matrix instead, so a subclass can do the product inside its loss."""
 
     # The figures ``forward`` logs, summed over batches and ranks; a subclass may add its own.
     logged_sums: tuple[str, ...] = ("loss", "nll_loss", "ntokens", "nsentences", "sample_size")
@@ -117,30 +211,46 @@ class Criterion(nn.Module):
         self.sentence_avg = bool(getattr(cfg, "sentence_avg", False))
         self.project_non_pad = not bool(getattr(cfg, "project_all_positions", False))
 
-    def non_pad_logits(self, model: nn.Module, sample: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits (N, V), target (N,)) at the N non-pad target positions of ``sample``."""
+    def non_pad_features(self, model: nn.Module, sample: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(decoder features (N, C), target (N,)) at the N non-pad target positions of ``sample``; the model
+        must take ``features_only=True``. The forward goes through ``model``, so DDP's hooks run."""
         target = sample["target"]  # (B, T)
         mask = target.ne(self.padding_idx)  # (B, T)
-        net_input = sample["net_input"]
+        features = model(**sample["net_input"], features_only=True)  # (B, T, C)
+        features = features[0] if isinstance(features, tuple) else features
+        return features[mask], target[mask]
+
+    def non_pad_logits(self, model: nn.Module, sample: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits (N, V), target (N,)) at the N non-pad target positions of ``sample``."""
         inner = unwrap(model)
         if self.project_non_pad and hasattr(inner, "output_layer"):
-            # The forward goes through ``model`` (DDP's hooks run); the projection is a plain call.
-            features = model(**net_input, features_only=True)  # (B, T, C)
-            features = features[0] if isinstance(features, tuple) else features
+            features, target = self.non_pad_features(model, sample)
             project = cast(Callable[[torch.Tensor], torch.Tensor], inner.output_layer)  # nn.Module cannot type it
-            logits = project(features[mask])  # (N, V)
-        else:
-            out = model(**net_input)
-            logits = (out[0] if isinstance(out, tuple) else out)[mask]  # (N, V)
-        return logits, target[mask]
+            return project(features), target  # (N, V) logits: the projection is a plain call
+        target = sample["target"]  # (B, T)
+        mask = target.ne(self.padding_idx)  # (B, T)
+        out = model(**sample["net_input"])
+        return (out[0] if isinstance(out, tuple) else out)[mask], target[mask]  # (N, V), (N,)
 
     def compute(self, logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed (loss, nll_loss) in nats over the non-pad rows."""
         raise NotImplementedError
 
+    def compute_projected(self, features: torch.Tensor, matrix: torch.Tensor, target: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`compute` of the logits ``features @ matrix.T`` (features (N, C), matrix (V, C)). A subclass whose
+        loss can do the product itself overrides this (label smoothing: :func:`projected_label_smoothed_nll_loss`)."""
+        return self.compute(linear(features, matrix), target)
+
     def forward(self, model: nn.Module, sample: dict[str, Any]) -> tuple[torch.Tensor, float, dict[str, Any]]:
-        logits, target = self.non_pad_logits(model, sample)
-        loss, nll_loss = self.compute(logits, target)
+        output_matrix = getattr(unwrap(model), "output_matrix", None) if self.project_non_pad else None
+        matrix = output_matrix() if output_matrix is not None else None  # (V, C), or None: another output layer
+        if matrix is not None:
+            features, target = self.non_pad_features(model, sample)
+            loss, nll_loss = self.compute_projected(features, matrix, target)
+        else:
+            logits, target = self.non_pad_logits(model, sample)
+            loss, nll_loss = self.compute(logits, target)
         ntokens = int(sample["ntokens"]) if "ntokens" in sample else int(target.numel())
         nsentences = int(sample.get("nsentences", sample["target"].size(0)))
         sample_size = nsentences if self.sentence_avg else ntokens

@@ -8,7 +8,7 @@ import torch
 
 from nmt.config.fields import opt
 from nmt.registry import register_criterion
-from nmt.training.criterion import Criterion, label_smoothed_nll_loss
+from nmt.training.criterion import Criterion, label_smoothed_nll_loss, projected_label_smoothed_nll_loss
 
 
 @dataclass
@@ -24,3 +24,7 @@ class CrossEntropy(Criterion):
 
     def compute(self, logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return label_smoothed_nll_loss(logits, target, 0.0)
+
+    def compute_projected(self, features: torch.Tensor, matrix: torch.Tensor, target: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+        return projected_label_smoothed_nll_loss(features, matrix, target, 0.0)
