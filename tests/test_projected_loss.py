@@ -31,12 +31,12 @@ def inputs(n, seed=0):
     return features, weight, target
 
 
-def loss_and_grads(fn, features, weight, target, eps, nll_weight=0.0, dtype=torch.bfloat16):
+def loss_and_grads(fn, features, weight, target, eps, nll_weight=0.0, dtype=torch.bfloat16, loss_weight=1.0):
     features.grad = weight.grad = None
     low = dtype is not torch.float32
     with torch.autocast("cpu", dtype=dtype if low else torch.bfloat16, enabled=low):
         loss, nll = fn(features, weight, target, eps)
-    (loss + nll_weight * nll).backward()
+    (loss_weight * loss + nll_weight * nll).backward()
     return loss.detach(), nll.detach(), features.grad.clone(), weight.grad.clone()
 
 
@@ -69,6 +69,16 @@ def test_the_nll_gradient_term_when_the_nll_is_back_propagated(small_blocks, nll
     want = loss_and_grads(project_then_loss, features, weight, target, 0.1, nll_weight)
     got = loss_and_grads(projected_label_smoothed_nll_loss, features, weight, target, 0.1, nll_weight)
     assert_same(got, want)
+
+
+def test_a_scaled_loss_scales_the_gradients(small_blocks):
+    """A loss scaler (fp16) or a trainer that back-propagates loss / n: the saved gradients are scaled."""
+    features, weight, target = inputs(41, seed=4)
+    want = loss_and_grads(project_then_loss, features, weight, target, 0.1, loss_weight=1024.0)
+    got = loss_and_grads(projected_label_smoothed_nll_loss, features, weight, target, 0.1, loss_weight=1024.0)
+    torch.testing.assert_close(got[2], want[2], rtol=2e-2, atol=20.0)
+    torch.testing.assert_close(got[3], want[3], rtol=2e-2, atol=20.0)
+    assert got[2].abs().max() > 100  # really scaled
 
 
 def test_fp16_autocast_takes_the_blocks_too(small_blocks):
