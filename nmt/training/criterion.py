@@ -120,8 +120,8 @@ class _ProjectedLabelSmoothedNLL(torch.autograd.Function):
     multiplied out into the features' and the weight's gradients at once, so the (N, V) logits and their gradient
     never exist whole (two (N, V) tensors less, and no padded copy of the gradient for the projection's backward).
     The last block is padded with zero rows to a quarter-block multiple; their logits are zero too (no bias),
-    which stand as their gradient, so they add nothing. The backward only scales what the forward computed, and adds the
-    nll's own term when the nll is back-propagated."""
+    which stand as their gradient, so they add nothing. The backward only scales what the forward computed,
+    and adds the nll's own term when the nll is back-propagated."""
 
     @staticmethod
     def forward(ctx: Any, features: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, epsilon: float,
