@@ -177,6 +177,25 @@ def test_the_criteria_project_inside_the_loss_under_bf16(small_blocks, monkeypat
         torch.testing.assert_close(got, want, rtol=5e-2, atol=5e-3)
 
 
+def test_a_subclass_that_overrides_compute_still_gets_its_logits(small_blocks):
+    """A user's criterion built on a built-in one, changing compute() only (tests/test_numerical_faults.py has one
+    whose validation loss is NaN): the built-in's blocked loss must not bypass it."""
+    from nmt.plugins.criteria.label_smoothed_cross_entropy import LabelSmoothedCrossEntropy
+
+    class Doubled(LabelSmoothedCrossEntropy):
+        def compute(self, logits, target):
+            loss, nll = super().compute(logits, target)
+            return 2 * loss, nll
+
+    model, sample = tiny_transformer(), sample_batch()
+    plain = build_criterion({"name": "label_smoothed_cross_entropy"}, PAD)
+    doubled = Doubled(plain.cfg, PAD)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _, _ = plain(model, sample)
+        loss_doubled, _, _ = doubled(model, sample)
+    torch.testing.assert_close(loss_doubled, 2 * loss, rtol=2e-3, atol=1e-3)
+
+
 def test_a_replaced_output_layer_is_not_bypassed():
     """A quantized projection (nmt.generation.quantize) is not a plain product: no output matrix is offered."""
     model = tiny_transformer()

@@ -187,6 +187,17 @@ def projected_label_smoothed_nll_loss(features: torch.Tensor, weight: torch.Tens
     return _ProjectedLabelSmoothedNLL.apply(features, weight, target, float(epsilon), dtype)
 
 
+def _defined_in(cls: type, name: str) -> type:
+    """The class of ``cls``'s MRO whose body defines ``name``."""
+    return next(c for c in cls.__mro__ if name in vars(c))
+
+
+def _projects_its_own_compute(cls: type) -> bool:
+    """Whether ``cls.compute_projected`` is written for ``cls.compute``: defined in the same class as it or in a
+    subclass. A user's subclass of a built-in criterion that overrides only ``compute`` must have it called."""
+    return issubclass(_defined_in(cls, "compute_projected"), _defined_in(cls, "compute"))
+
+
 def unwrap(model: nn.Module) -> nn.Module:
     """The model inside a DistributedDataParallel (or similar ``.module``) wrapper."""
     return getattr(model, "module", model)
@@ -247,7 +258,10 @@ class Criterion(nn.Module):
         matrix = output_matrix() if output_matrix is not None else None  # (V, C), or None: another output layer
         if matrix is not None:
             features, target = self.non_pad_features(model, sample)
-            loss, nll_loss = self.compute_projected(features, matrix, target)
+            if _projects_its_own_compute(type(self)):
+                loss, nll_loss = self.compute_projected(features, matrix, target)
+            else:  # a subclass changed compute() but not compute_projected(): its compute() gets the logits
+                loss, nll_loss = self.compute(linear(features, matrix), target)
         else:
             logits, target = self.non_pad_logits(model, sample)
             loss, nll_loss = self.compute(logits, target)
