@@ -315,12 +315,14 @@ def train_worker(cfg: TrainJob, save_dir_held: bool = False) -> dict[str, Any]:
         keep_built_kernels()
         ctx = distributed.init(cfg.distributed_training)
         run = None
+        finished = False
         try:
             with contextlib.ExitStack() as stack:
                 if ctx.is_master and not save_dir_held:
                     stack.enter_context(hold_save_dir(cfg.checkpoint.save_dir))
                 run = TrainingRun(cfg, ctx, stop)
                 summary = run.run()
+            finished = True
         except RuntimeError as e:  # another rank died or stalled: say so in one line instead of gloo's trace
             hint = run.last_good_hint() if run is not None else "no checkpoint was saved by this run"
             failure = distributed.collective_failure(e, ctx, cfg.distributed_training.ddp_timeout, hint)
@@ -328,7 +330,7 @@ def train_worker(cfg: TrainJob, save_dir_held: bool = False) -> dict[str, Any]:
                 raise
             raise failure from e
         finally:
-            distributed.shutdown()
+            distributed.shutdown(finished)
         # After the save dir's lock and the process group are released: the job may be requeued now.
         if run is not None and run.stopped_by is not None and ctx.is_master:
             line = preemption.stop_line(run.stopped_by, run.trainer.num_updates, run.last_written,
