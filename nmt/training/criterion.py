@@ -221,6 +221,9 @@ class Criterion(nn.Module):
         self.padding_idx = int(padding_idx)
         self.sentence_avg = bool(getattr(cfg, "sentence_avg", False))
         self.project_non_pad = not bool(getattr(cfg, "project_all_positions", False))
+        # compute_projected() was written for this class's compute(): else (a user's subclass of a built-in that
+        # changes compute() alone) the base's, which calls compute() on the logits
+        self.own_compute_projected = _projects_its_own_compute(type(self))
 
     def non_pad_features(self, model: nn.Module, sample: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """(decoder features (N, C), target (N,)) at the N non-pad target positions of ``sample``; the model
@@ -258,10 +261,10 @@ class Criterion(nn.Module):
         matrix = output_matrix() if output_matrix is not None else None  # (V, C), or None: another output layer
         if matrix is not None:
             features, target = self.non_pad_features(model, sample)
-            if _projects_its_own_compute(type(self)):
+            if self.own_compute_projected:
                 loss, nll_loss = self.compute_projected(features, matrix, target)
-            else:  # a subclass changed compute() but not compute_projected(): its compute() gets the logits
-                loss, nll_loss = self.compute(linear(features, matrix), target)
+            else:
+                loss, nll_loss = Criterion.compute_projected(self, features, matrix, target)
         else:
             logits, target = self.non_pad_logits(model, sample)
             loss, nll_loss = self.compute(logits, target)
