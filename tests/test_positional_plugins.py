@@ -46,6 +46,19 @@ def test_one_position_per_row_reads_the_same_table(name):
     assert torch.equal(pe.at(positions), table[positions])
 
 
+@pytest.mark.parametrize("name", ["sinusoidal", "fairseq_sinusoidal", "learned", "none"])
+def test_one_position_per_row_compiles_without_a_graph_break(name):
+    """Under --compile the decoder step of a refilled batch reads positions per row: reading their
+    largest (a Tensor.item()) would split the compiled step in two."""
+    pe = POSITIONAL.build(name, None, 6, max_positions=40)
+    positions = torch.tensor([0, 5, 2, 39, 5])
+    explained = torch._dynamo.explain(pe.at)(positions)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    torch._dynamo.reset()
+    with torch.no_grad():
+        assert torch.equal(torch.compile(pe.at, backend="eager")(positions), pe.at(positions))
+
+
 def test_none_adds_nothing_so_order_comes_only_from_attention():
     pe = POSITIONAL.build("none", None, 6, max_positions=4)
     assert torch.equal(pe(9, offset=3), torch.zeros(9, 6)) and torch.equal(pe.at(torch.tensor([0, 5])), torch.zeros(2, 6))

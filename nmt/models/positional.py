@@ -29,6 +29,11 @@ class PositionalBase(nn.Module):
 
     def at(self, positions: Tensor) -> Tensor:
         """(B, embed_dim) encodings of one position per row (rows decoding at different steps).
-        The default reads them from ``forward``'s table; a plugin may compute them directly."""
-        table = self(int(positions.max()) + 1, 0)  # (max + 1, C)
+        The default reads them from ``forward``'s table; a plugin may compute them directly. Compiled
+        code (``--compile``) takes the whole table, since reading the largest position would split the
+        compiled decoder step in two (a graph break); the search never goes past ``max_positions``."""
+        if torch.compiler.is_compiling():
+            table = self(self.max_positions, 0)  # (max_positions, C)
+        else:
+            table = self(int(positions.max()) + 1, 0)  # (max + 1, C)
         return torch.index_select(table, 0, positions)
