@@ -4,6 +4,7 @@ the per-parameter loop, foreach (multi-tensor) and fused; print milliseconds per
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import torch
@@ -42,7 +43,7 @@ def main() -> None:
         extra = {"betas": (0.9, 0.98), "eps": 1e-9} if name != "sgd" else {"momentum": 0.9}
         for kernel in ({"foreach": False}, {"foreach": True}, {"fused": True}):
             try:
-                ms = time_step(lambda p: cls(p, lr=1e-3, **extra, **kernel), params, args.steps)
+                ms = time_step(functools.partial(cls, lr=1e-3, **extra, **kernel), params, args.steps)
             except (RuntimeError, TypeError) as e:
                 print(f"{name:5s} {kernel}: unavailable ({str(e).splitlines()[0]})")
                 continue
