@@ -7,7 +7,7 @@ nmt-generate batches them. Printed per run: sentences/s and, per part of the sea
 and the average sentences and columns of the rows it advanced. The parts are timed by wrapping the beam
 search's methods, which costs a few microseconds per call.
 
-    python benchmarks/serve_inprocess.py [--model MODEL_DIR] [--clients 32] [--quantize fp16] [--rounds 1]
+    python benchmarks/serve_inprocess.py [--model MODEL_DIR] [--clients 32] [--quantize fp16 | --quantize none --bf16] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -99,12 +99,13 @@ def report(title: str, seconds: float, count: int, totals: Totals) -> None:
 @click.option("--clients", default=32, show_default=True)
 @click.option("--beam", default=5, show_default=True)
 @click.option("--quantize", default="fp16", show_default=True, type=click.Choice(["none", "int8", "fp16"]))
+@click.option("--bf16", is_flag=True, help="bfloat16 weights (nmt-serve --bf16; with --quantize none).")
 @click.option("--threads", default=2, show_default=True)
 @click.option("--rounds", default=1, show_default=True)
-def main(model: str | None, clients: int, beam: int, quantize: str, threads: int, rounds: int) -> None:
+def main(model: str | None, clients: int, beam: int, quantize: str, bf16: bool, threads: int, rounds: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(model) if model else prepare_peer(Path(tmp))[0]
-        loaded = nmt.load(str(folder), threads=threads, quantize=quantize)
+        loaded = nmt.load(str(folder), threads=threads, quantize=quantize, bf16=bf16)
     with gzip.open(RAW_TEST, "rt", encoding="utf-8") as f:
         sentences = [line.rstrip("\n") for line in f]
     gen = loaded.generation_config(beam=beam)
@@ -112,7 +113,7 @@ def main(model: str | None, clients: int, beam: int, quantize: str, threads: int
     loaded.translate_ids(sentences[:64], ids[:64], gen)  # warm-up
     totals: Totals = collections.defaultdict(lambda: [0.0, 0, 0, 0])
     timed(totals)
-    print(f"beam {beam}, --quantize {quantize}, {threads} threads, {len(sentences)} sentences")
+    print(f"beam {beam}, --quantize {quantize}{', --bf16' if bf16 else ''}, {threads} threads, {len(sentences)} sentences")
     for _ in range(rounds):
         report(f"served, {clients} clients", served(loaded, sentences, ids, gen, clients), len(sentences), totals)
         for size in (32, 128):
