@@ -7,7 +7,8 @@ nmt-generate batches them. Printed per run: sentences/s and, per part of the sea
 and the average sentences and columns of the rows it advanced. The parts are timed by wrapping the beam
 search's methods, which costs a few microseconds per call.
 
-    python benchmarks/serve_inprocess.py [--model MODEL_DIR] [--clients 32] [--quantize fp16 | --quantize none --bf16] [--rounds 1]
+    python benchmarks/serve_inprocess.py [--model MODEL_DIR] [--clients 32] [--rounds 1]
+        [--quantize fp16 | --quantize none --bf16]
 """
 
 from __future__ import annotations
@@ -113,7 +114,8 @@ def main(model: str | None, clients: int, beam: int, quantize: str, bf16: bool, 
     loaded.translate_ids(sentences[:64], ids[:64], gen)  # warm-up
     totals: Totals = collections.defaultdict(lambda: [0.0, 0, 0, 0])
     timed(totals)
-    print(f"beam {beam}, --quantize {quantize}{', --bf16' if bf16 else ''}, {threads} threads, {len(sentences)} sentences")
+    precision = f"--quantize {quantize}" + (", --bf16" if bf16 else "")
+    print(f"beam {beam}, {precision}, {threads} threads, {len(sentences)} sentences")
     for _ in range(rounds):
         report(f"served, {clients} clients", served(loaded, sentences, ids, gen, clients), len(sentences), totals)
         for size in (32, 128):
