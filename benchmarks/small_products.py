@@ -8,6 +8,8 @@ count, it times, in one process and taking turns:
 - reading the weight matrix once (``W.sum()``; from the cache when it fits, as the peer model's 10 MB output
   matrix fits this CPU's 32 MB L3): the least a product that streamed its weights would cost,
 - fbgemm's packed products with int8 and with fp16 weights (``--quantize int8`` / ``fp16``, ``PackedLinear``),
+- MKL's packed fp32 product (``torch.ops.mkl._mkl_linear`` on a weight packed once, as inductor's freezing runs
+  fp32 linear layers; not used by nmt-generate), when torch was built with MKL,
 
 each the median of ``--repeats`` blocks of calls. On 2026-11-24's 2-core EPYC (AVX2, torch 2.13.0, MKL)
 fp32 ``F.linear`` of the output projection took 9x the weight read for 5 rows and ran at 36 GFLOP/s, against
@@ -49,6 +51,15 @@ def quantized(linear: nn.Linear, kind: str) -> nn.Module:
     return wrapper
 
 
+def mkl_packed(linear: nn.Linear, rows: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """``linear`` as MKL's packed fp32 product (packed for ``rows``), or None without MKL."""
+    if not torch.backends.mkl.is_available():
+        return None
+    weight, bias = linear.weight.detach(), linear.bias.detach()
+    packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, rows)
+    return lambda x: torch.ops.mkl._mkl_linear(x, packed, weight, bias, rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="1,5,20,50,160,640", help="Row counts (beam x sentences of a step).")
@@ -63,8 +74,9 @@ def main() -> None:
     shapes = {"output projection": (args.dim, args.vocab), "attention in/out": (args.dim, args.dim),
               "FFN up": (args.dim, args.ffn), "FFN down": (args.ffn, args.dim)}
     print(f"{args.threads} threads, torch {torch.__version__}; milliseconds per call, median of {args.repeats} blocks")
-    print("| product | weights | rows | fp32 F.linear | read the weights | int8 | fp16 weights | fp32 GFLOP/s |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| product | weights | rows | fp32 F.linear | read the weights | int8 | fp16 weights | fp32 MKL packed "
+          "| fp32 GFLOP/s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, (fan_in, fan_out) in shapes.items():
         linear = nn.Linear(fan_in, fan_out)
         int8, fp16 = quantized(nn.Linear(fan_in, fan_out), "int8"), quantized(linear, "fp16")
@@ -77,8 +89,11 @@ def main() -> None:
                       "read": median_ms(torch.sum, weight, calls, args.repeats),
                       "int8": median_ms(int8, x, calls, args.repeats),
                       "fp16": median_ms(fp16, x, calls, args.repeats)}
+                packed = mkl_packed(linear, rows)
+                mkl = f"{median_ms(packed, x, calls, args.repeats):.3f}" if packed is not None else "-"
+                gflops = 2 * rows * weight.numel() / ms["fp32"] / 1e6
                 print(f"| {name} | {fan_out} x {fan_in} | {rows} | {ms['fp32']:.3f} | {ms['read']:.3f} | "
-                      f"{ms['int8']:.3f} | {ms['fp16']:.3f} | {2 * rows * weight.numel() / ms['fp32'] / 1e6:.0f} |")
+                      f"{ms['int8']:.3f} | {ms['fp16']:.3f} | {mkl} | {gflops:.0f} |")
 
 
 if __name__ == "__main__":
