@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+
 from shared_paths import MULTI30K, PEER_FAIRSEQ
 
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 import torch.nn.functional as F
-from test_model_transformer import PAD, FakeDict, assert_reordered_cache_continues, decode_stepwise, tokens
 
 from nmt.checkpoint.errors import CheckpointError
 from nmt.checkpoint.model_fit import build_model_from_weights
@@ -24,6 +23,7 @@ from nmt.models import build_model
 from nmt.models.attention import AttentionBase
 from nmt.plugin_loader import load_plugins
 from nmt.registry import ATTENTION, register_attention
+from test_model_transformer import PAD, FakeDict, assert_reordered_cache_continues, decode_stepwise, tokens
 
 load_plugins()
 torch.set_num_threads(1)

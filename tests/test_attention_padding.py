@@ -7,11 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from fake_dictionary import FakeDict
 from nmt.models import attention, build_model
 from nmt.models.attention import explicit_attention
 from nmt.plugin_loader import load_plugins
-
-from fake_dictionary import FakeDict
 
 load_plugins()
 

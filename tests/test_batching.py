@@ -8,7 +8,6 @@ import pytest
 
 from nmt.data.batching import batch_by_size, filter_by_size, length_order
 from nmt.errors import ConfigError, DataError
-
 from shared_paths import MULTI30K
 
 DATA = str(MULTI30K)

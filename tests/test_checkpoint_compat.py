@@ -78,7 +78,8 @@ def test_generate_on_the_format_1_checkpoint_prints_what_it_printed_then(capsys)
     assert lines(out) == expected
     assert {p: sha256(p) for p in FIXTURE.rglob("*") if p.is_file()} == before  # loading never rewrites it
     def bleu(text: str) -> list[str]:  # the BLEU line (a chrF line was added after the fixture was made)
-        return [line.split(" (BP")[0] for line in text.splitlines() if line.startswith("Generate valid with beam=5: BLEU")]
+        return [line.split(" (BP")[0] for line in text.splitlines()
+                if line.startswith("Generate valid with beam=5: BLEU")]
 
     assert bleu(out) == bleu(expected_text()) != []
 

@@ -220,8 +220,8 @@ def test_import_fairseq_checks_args_against_tensors_before_allocating(tmp_path, 
     before = sha256s(path, data)
     done = _limited(_command("import_fairseq", "checkpoint", "--path", path, "--data", data,
                              "--output", tmp_path / "out.pt"))
-    one_error("nmt-import-fairseq checkpoint", done.returncode, done.stderr, 1, f"fairseq checkpoint {path}", "args", needle,
-              "fairseq-train wrote it")
+    one_error("nmt-import-fairseq checkpoint", done.returncode, done.stderr, 1, f"fairseq checkpoint {path}", "args",
+              needle, "fairseq-train wrote it")
     assert sha256s(path, data) == before and not (tmp_path / "out.pt").exists()
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import pickle
 import random
+import signal
 import subprocess
 import sys
-import signal
 import textwrap
 import time
 from dataclasses import dataclass, field

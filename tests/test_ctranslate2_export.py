@@ -275,9 +275,8 @@ def test_nmt_export_format_ctranslate2_from_a_checkpoint_and_from_a_model_folder
     import re
 
     from model_folder_setup import export
-    from test_generate_setup import call_cli
-
     from nmt.cli.generate import main as generate_main
+    from test_generate_setup import call_cli
 
     m = exported_model
     from_checkpoint, from_folder = tmp_path / "ct2-ckpt", tmp_path / "ct2-folder"

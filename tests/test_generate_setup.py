@@ -57,10 +57,10 @@ def tiny_model_config(**changes) -> dict:
 def make_checkpoint(data_bin: Path, path: Path, seed: int = 0, epoch: int = 1, num_updates: int = 10,
                     **model_changes) -> Path:
     """A randomly initialised tiny model saved with build_state + save_checkpoint."""
+    from nmt.checkpoint.format import build_state, save_checkpoint
     from nmt.data.dictionary import Dictionary
     from nmt.models.build import build_model
     from nmt.plugin_loader import load_plugins
-    from nmt.checkpoint.format import build_state, save_checkpoint
 
     load_plugins()
     d = Dictionary.load(data_bin / "dict.en.txt")

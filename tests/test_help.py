@@ -12,6 +12,7 @@ import re
 import typing
 
 import pytest
+
 from repo_scripts import load_gen_docs
 
 SCRIPTS: dict[str, str] = load_gen_docs().console_scripts()

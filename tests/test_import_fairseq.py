@@ -132,7 +132,7 @@ def ref_forward(w, a, src, prev):
     for i in range(a.encoder_layers):
         p = f"encoder.layers.{i}"
         x = sub("encoder", f"{p}.self_attn_layer_norm", x,
-                lambda y: ref_attention(w, f"{p}.self_attn", y, y, src_pad, False))
+                lambda y, p=p: ref_attention(w, f"{p}.self_attn", y, y, src_pad, False))
         x = sub("encoder", f"{p}.final_layer_norm", x, ffn(p))
     enc = ln("encoder.layer_norm", x) if a.encoder_normalize_before else x
     x = w["decoder.embed_tokens.weight"][prev] * math.sqrt(D) + ref_positions(prev, "decoder", a, w)
@@ -140,9 +140,9 @@ def ref_forward(w, a, src, prev):
     for i in range(a.decoder_layers):
         p = f"decoder.layers.{i}"
         x = sub("decoder", f"{p}.self_attn_layer_norm", x,
-                lambda y: ref_attention(w, f"{p}.self_attn", y, y, no_pad, True))
+                lambda y, p=p: ref_attention(w, f"{p}.self_attn", y, y, no_pad, True))
         x = sub("decoder", f"{p}.encoder_attn_layer_norm", x,
-                lambda y: ref_attention(w, f"{p}.encoder_attn", y, enc, src_pad, False))
+                lambda y, p=p: ref_attention(w, f"{p}.encoder_attn", y, enc, src_pad, False))
         x = sub("decoder", f"{p}.final_layer_norm", x, ffn(p))
     if a.decoder_normalize_before:
         x = ln("decoder.layer_norm", x)

@@ -6,12 +6,11 @@ import itertools
 import pytest
 import torch
 
+from fake_dictionary import PAD, FakeDict
 from nmt.errors import ConfigError, DataError
 from nmt.models import build_model
 from nmt.models.incremental_state import new_incremental_state
 from nmt.plugin_loader import load_plugins
-
-from fake_dictionary import PAD, FakeDict
 
 load_plugins()
 torch.set_num_threads(1)
@@ -77,7 +76,8 @@ def test_future_tokens_never_change_earlier_outputs(attention):
     assert not torch.allclose(a[:, 5:], b[:, 5:])  # the change is visible where it should be
 
 
-@pytest.mark.parametrize("attention,normalize_before", [(a, False) for a in ATTENTIONS] + [("scaled_dot_product", True)])
+@pytest.mark.parametrize("attention,normalize_before",
+                         [(a, False) for a in ATTENTIONS] + [("scaled_dot_product", True)])
 def test_padding_never_changes_non_pad_outputs(attention, normalize_before):
     model = tiny(attention=attention, encoder_normalize_before=normalize_before,
                  decoder_normalize_before=normalize_before)

@@ -6,10 +6,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from fake_dictionary import FakeDict
 from nmt.models import build_model
 from nmt.plugin_loader import import_user_dir, load_plugins
-
-from fake_dictionary import FakeDict
 
 # The worked example of docs/writing-plugins.md (Luong's multiplicative attention), used as is.
 PLUGIN = (Path(__file__).resolve().parent.parent / "docs" / "examples" / "my_plugins"

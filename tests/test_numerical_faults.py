@@ -27,7 +27,8 @@ def data(tmp_path_factory) -> Path:
     return make_toy_task(tmp_path_factory.mktemp("numerical"), n_train=200, n_valid=8)
 
 
-def train(data: Path, save_dir: Path, fault: str, *extra: str, fp16_on_cpu: bool = False) -> subprocess.CompletedProcess:
+def train(data: Path, save_dir: Path, fault: str, *extra: str,
+          fp16_on_cpu: bool = False) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NMT_TEST_FAULT": fault}
     if fp16_on_cpu:
         env["NMT_TEST_FP16_ON_CPU"] = "1"

@@ -1,7 +1,7 @@
 """Optimizers built by name with their own options, from a resolved config and from a --user-dir."""
 
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict
 
 import pytest

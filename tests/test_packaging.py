@@ -1,8 +1,9 @@
 """The package map in pyproject.toml must cover every folder of code, and must never install
 top-level `cli` / `plugins` modules."""
 
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 TOP = {"nmt": "nmt", "cli": "nmt.cli", "plugins": "nmt.plugins"}

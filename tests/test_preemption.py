@@ -231,7 +231,8 @@ def test_a_time_limit_reached_by_one_rank_stops_both_after_the_same_update(ref, 
     """Rank 1's clock reaches --stop-time-hours at once, rank 0's never does: both stop after update 1 and exit 0
     (a rank that read only its own clock would stop alone and leave the other waiting in an all-reduce)."""
     save_dir = tmp_path / "run"
-    with two_ranks(ref, save_dir, tmp_path, [("--stop-time-hours", "100"), ("--stop-time-hours", "1e-9")]) as (procs, logs):
+    stops = [("--stop-time-hours", "100"), ("--stop-time-hours", "1e-9")]
+    with two_ranks(ref, save_dir, tmp_path, stops) as (procs, logs):
         for p in procs:
             p.wait(timeout=120)
     err0, err1 = (log.read_text() for log in logs)

@@ -4,7 +4,6 @@ and the pipeline stored in the data folder must reproduce that text from the raw
 
 import gzip
 import json
-from pathlib import Path
 
 import pytest
 
@@ -12,8 +11,8 @@ from nmt.data.dictionary import Dictionary
 from nmt.data.indexed_dataset import IndexedDataset
 from nmt.data.text_pipeline import load_text_pipeline
 from preprocess_cli_helpers import run_subprocess
-
 from shared_paths import MULTI30K
+
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not (MULTI30K / "train.en.gz").is_file(), reason="Multi30k not available")]
 

@@ -1,12 +1,10 @@
 """nmt-prepare multi30k: from a local copy, reuse on rerun, and a clear failure offline."""
 
-from pathlib import Path
 
 import pytest
 
 import nmt.data.prepare as prepare_module
 from nmt.cli.prepare import main as prepare_main
-
 from shared_paths import MULTI30K
 
 

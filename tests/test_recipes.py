@@ -1,7 +1,8 @@
 """examples/recipes.py on a toy task: candidates trained for a time budget, scored on valid (best checkpoint
 and the average of the last ones, per length penalty), ensembles of two models (half the time each, or
 side by side on half the cores), the best setting
-on valid translated on the test split once, and a rerun that trains nothing."""
+on valid translated on the test split once, a rerun that trains nothing, and one with another length penalty
+that only scores the kept checkpoints."""
 
 from __future__ import annotations
 
@@ -49,6 +50,16 @@ def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
     assert call(module, argv) == 0  # the rerun trains and translates nothing
     assert capsys.readouterr().out.count("skipped") == 2
     assert json.loads((out / "results.json").read_text())["runs"] == runs
+
+    more = [str(a) for a in argv]
+    more[more.index("0.6,1.0")] = "0.6,1.0,1.4"
+    assert call(module, more) == 0  # another length penalty: scored on the kept checkpoints, nothing trained
+    commands = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")]
+    assert [c.rsplit("/", 1)[-1] for c in commands] == ["nmt-generate"] * 4  # 2 models' best and average, at 1.4
+    rescored = json.loads((out / "results.json").read_text())["runs"]
+    assert set(rescored["ensemble"]["valid_bleu"]) == set(runs["ensemble"]["valid_bleu"]) | {
+        "best/lenpen 1.4", "average/lenpen 1.4"}
+    assert rescored["ensemble"]["valid_bleu"]["best/lenpen 1.0"] == runs["ensemble"]["valid_bleu"]["best/lenpen 1.0"]
 
 
 def test_unknown_candidate_is_a_usage_error(tmp_path, capsys):

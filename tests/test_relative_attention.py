@@ -8,13 +8,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fake_dictionary import PAD, FakeDict
 from nmt.errors import ConfigError
 from nmt.models import build_model
 from nmt.models.dropout import dropout
 from nmt.models.incremental_state import merge_incremental_states, new_incremental_state
 from nmt.plugin_loader import load_plugins
 from nmt.registry import ATTENTION
-from fake_dictionary import PAD, FakeDict
 from test_attention_plugins import inputs
 from test_generate_setup import call_cli, make_checkpoint, make_data_bin
 from train_toy_data import TINY_MODEL, call_train, make_toy_task, read_log, run_train
@@ -269,8 +269,8 @@ def copy_bin(tmp_path_factory):
 
 
 def test_train_records_the_option_and_generate_translates(copy_bin, tmp_path, capsys):
-    from nmt.cli.generate import main as generate_main
     from nmt.checkpoint.format import load_checkpoint
+    from nmt.cli.generate import main as generate_main
 
     save = tmp_path / "ck"
     run_train([copy_bin, *FAST, "--attention", "relative", "--max-relative-position", "4",

@@ -8,11 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from fake_dictionary import FakeDict
 from nmt.models import build_model, row_buckets
 from nmt.models.row_buckets import BucketedLinear, bucket_rows, linear
 from nmt.plugin_loader import load_plugins
-
-from fake_dictionary import FakeDict
 
 load_plugins()
 

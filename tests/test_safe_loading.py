@@ -3,8 +3,9 @@
 Each hostile checkpoint is fed to the real console scripts in a fresh process (nmt-generate,
 nmt-interactive, nmt-train --restore-file and plain resume, nmt-average-checkpoints, nmt-validate,
 nmt-import-fairseq checkpoint): every one must refuse it with one line naming the file, and the
-canary file the pickle would create must never appear. A grep of the source tree keeps unsafe loaders (``weights_only=False``, ``pickle.load``,
-``allow_pickle=True``, ``yaml.load``) and stray import machinery out of the product code."""
+canary file the pickle would create must never appear. A grep of the source tree keeps unsafe loaders
+(``weights_only=False``, ``pickle.load``, ``allow_pickle=True``, ``yaml.load``) and stray import machinery out of
+the product code."""
 
 from __future__ import annotations
 
@@ -112,8 +113,8 @@ def test_every_command_refuses_a_hostile_checkpoint(data_bin, tmp_path, command)
 def test_stored_user_dir_is_not_imported_unless_named(data_bin, tmp_path, capsys):
     """A checkpoint records the --user-dir it was trained with; loading it must not import that folder
     (it may not be the same code any more): the error tells the user to pass it."""
-    from nmt.cli.generate import main as generate_main
     from nmt.checkpoint.format import build_state, save_checkpoint
+    from nmt.cli.generate import main as generate_main
     from test_generate_setup import call_cli
 
     plugins = tmp_path / "my_plugins"

@@ -14,8 +14,8 @@ from nmt.config.generate import GenerationConfig
 from nmt.errors import ConfigError
 from nmt.generation.ensemble import EnsembleModel
 from nmt.generation.search import Specials, build_search
-from nmt.registry import NoOptions
 from nmt.plugins.search.beam import BeamSearch
+from nmt.registry import NoOptions
 from test_search_toy_models import EOS, PAD, SPECIALS, TableModel, TinyNeuralModel
 
 torch.set_num_threads(1)

@@ -12,18 +12,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from model_folder_setup import detokenized, export
-from preprocess_cli_helpers import base_args, run_preprocess
-from shared_paths import PEER_FAIRSEQ
-from test_generate_setup import call_cli, one_error_line
-from train_toy_data import TINY_MODEL, run_train
 
 import nmt
+from model_folder_setup import detokenized, export
 from nmt.cli.generate import main as generate_main
 from nmt.cli.import_fairseq import main as import_main
 from nmt.cli.interactive import main as interactive_main
 from nmt.data.text_pipeline import load_text_pipeline, normalize_space
 from nmt.plugins.bpe.sentencepiece import SPACE, sampled_lines
+from preprocess_cli_helpers import base_args, run_preprocess
+from shared_paths import PEER_FAIRSEQ
+from test_generate_setup import call_cli, one_error_line
+from train_toy_data import TINY_MODEL, run_train
 
 pytest.importorskip("sentencepiece")  # the plugin module itself imports it only when used
 

@@ -186,9 +186,8 @@ def test_sentences_that_trickle_in_get_what_each_gets_alone_and_long_ones_are_ke
 def test_nmt_serve_without_its_extra_says_how_to_install_it(exported_model, monkeypatch, capsys):
     import sys
 
-    from test_generate_setup import call_cli
-
     from nmt.cli.serve import main
+    from test_generate_setup import call_cli
 
     monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn now raises ImportError
     assert call_cli(main, [exported_model.folder, "--port", "0"]) == 2

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from served_model import cli_command, export_peer_model, http, raw_test_sentences, serve
 
 pytestmark = pytest.mark.slow

@@ -15,6 +15,7 @@ from typing import Any, Iterator, NoReturn
 from urllib.parse import urlsplit
 
 import pytest
+
 from served_model import export_peer_model, http, raw_test_sentences, serve
 
 STATIC = Path(__file__).resolve().parents[1] / "nmt" / "serve" / "static"

@@ -11,7 +11,6 @@ import torch
 from nmt.config.train import PrecisionConfig
 from nmt.errors import ConfigError
 from nmt.training.precision import DynamicLossScaler, Precision, TrainingDiverged
-
 from train_toy_data import build_run, make_toy_task
 
 
