@@ -2,13 +2,14 @@
 
 Every candidate is the quickstart's recipe (examples/ablations.py BASE_FLAGS, warmup 500, --max-tokens
 4096) with a few flags changed. Each trains for --minutes of training time (nmt-train --stop-time-hours),
-saving a checkpoint every 50 updates (the last 5 kept), and is scored on the valid split with beam 5:
-checkpoint_best.pt and the average of the last 5 interval checkpoints, each with every --lenpens length
-penalty. The `ensemble` candidate trains two models for half the time each (seeds 1 and 2) and decodes
-them together, against one model trained for the whole time; `ensemble_side_by_side` trains the two at the
-same time, each for the whole time on half the cores (the same budget of cores x time: a small model uses
-two cores poorly, so each gets more than half the updates of a model trained alone). With --test, the best
-(candidate, checkpoint, length penalty) on valid is translated on the test split once, and only that one.
+saving a checkpoint every 50 updates (the last 20 kept), and is scored on the valid split with beam 5:
+checkpoint_best.pt, the average of the last 5 interval checkpoints (250 updates) and that of the last 20
+(1,000 updates), each with every --lenpens length penalty. The `ensemble` candidate trains two models for
+half the time each (seeds 1 and 2) and decodes them together, against one model trained for the whole
+time; `ensemble_side_by_side` trains the two at the same time, each for the whole time on half the cores
+(the same budget of cores x time: a small model uses two cores poorly, so each gets more than half the
+updates of a model trained alone). With --test, the best (candidate, checkpoint, length penalty) on valid
+is translated on the test split once, and only that one.
 
 Runs are kept in OUT_DIR/results.json as they finish; a rerun skips them (scoring their checkpoints with any
 length penalty of --lenpens they lack) and an interrupted training resumes from its checkpoint_last.pt.
@@ -26,7 +27,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import click
 
@@ -38,7 +39,9 @@ from nmt.config.fields import opt  # noqa: E402
 from nmt.errors import NmtError  # noqa: E402
 from nmt.fileio import atomic_write_text  # noqa: E402
 
-KEEP = 5  # interval checkpoints kept, and averaged
+# the averages scored: name -> how many of the last interval checkpoints (every 50 updates) each spans
+AVERAGES: dict[str, int] = {"average": 5, "wide_average": 20}
+KEEP = max(AVERAGES.values())  # interval checkpoints kept
 # Wu et al. 2021's Multi30k Transformer-Tiny (4+4 layers, d_model 128, d_ff 256, lr 5e-3, warmup 2,000; their
 # 41.0 tokenized lowercased BLEU came from up to 8,000 updates): a quarter of the FLOPs per token of ours
 TINY_4X128 = ("--encoder-layers", "4", "--decoder-layers", "4", "--encoder-embed-dim", "128", "--decoder-embed-dim",
@@ -96,15 +99,21 @@ def train(job: RecipeJob, name: str, seed: int, minutes: float, save: Path, shar
     return argv
 
 
-def average(save: Path) -> Optional[Path]:
-    """The average of the last KEEP interval checkpoints, or of all when fewer (None when fewer than two)."""
+def averages(save: Path) -> dict[str, Path]:
+    """Each AVERAGES kind over the last interval checkpoints (all of them when fewer), by kind; a kind is left
+    out when it would average fewer than two checkpoints or the same ones as a narrower kind."""
     found = len(list(save.glob("checkpoint_*_*.pt")))
-    if found < 2:
-        return None
-    out = save / "checkpoint_avg.pt"
-    call([tool("nmt-average-checkpoints"), "--inputs", str(save), "--num-update-checkpoints", str(min(found, KEEP)),
-          "--output", str(out)])
-    return out
+    made: dict[str, Path] = {}
+    narrower = 1
+    for kind, span in sorted(AVERAGES.items(), key=lambda item: item[1]):
+        count = min(found, span)
+        if count > narrower:
+            out = save / f"checkpoint_{kind}.pt"
+            call([tool("nmt-average-checkpoints"), "--inputs", str(save), "--num-update-checkpoints", str(count),
+                  "--output", str(out)])
+            made[kind] = out
+        narrower = max(narrower, count)
+    return made
 
 
 def bleu(job: RecipeJob, paths: list[Path], subset: str, lenpen: str, results: Path) -> float:
@@ -132,9 +141,8 @@ def run_candidate(job: RecipeJob, name: str, lenpens: list[str]) -> dict[str, An
     for seed, _ in models:
         save = out / f"seed{seed}"
         checkpoints.setdefault("best", []).append(save / "checkpoint_best.pt")
-        averaged = average(save)
-        if averaged is not None:
-            checkpoints.setdefault("average", []).append(averaged)
+        for kind, averaged in averages(save).items():
+            checkpoints.setdefault(kind, []).append(averaged)
     scored = {kind: paths for kind, paths in checkpoints.items() if len(paths) == len(models)}
     updates = [_updates(out / f"seed{seed}") for seed, _ in models]
     record = {"variant": name, "seed": 1, "flags": " ".join(CANDIDATES[name]), "updates": updates,
@@ -173,7 +181,7 @@ def best_setting(table: Table, names: list[str]) -> tuple[str, str, float]:
 
 
 def markdown(table: Table, names: list[str], lenpens: list[str]) -> str:
-    settings = [f"{kind}/lenpen {p}" for kind in ("best", "average") for p in lenpens]
+    settings = [f"{kind}/lenpen {p}" for kind in ("best", *AVERAGES) for p in lenpens]
     head = ("| candidate | flags | updates | " + " | ".join(f"valid BLEU {s}" for s in settings) + " |\n"
             + "|---|---|---:|" + "---:|" * len(settings) + "\n")
     rows = []

@@ -15,7 +15,7 @@ from tests.train_toy_data import make_toy_task
 
 TINY = ("--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 --decoder-embed-dim 32 "
         "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --num-threads 1 --log-format none "
-        "--max-tokens 256 --max-update 6 --save-interval-updates 2")
+        "--max-tokens 256 --max-update 12 --save-interval-updates 1")
 
 
 @pytest.mark.slow
@@ -27,24 +27,28 @@ def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
             "--test-subset", "valid", "--precision", "fp32", "--out-dir", out, f"--train-args={TINY}"]
     assert call(module, argv) == 0
     runs = json.loads((out / "results.json").read_text())["runs"]
-    assert set(runs) == {"ensemble", "ensemble_side_by_side", "test"} and runs["ensemble"]["updates"] == [6, 6]
+    assert set(runs) == {"ensemble", "ensemble_side_by_side", "test"} and runs["ensemble"]["updates"] == [12, 12]
     first, second = runs["ensemble"]["train_commands"]  # 5 minutes: half of it each, seeds 1 and 2
     assert "--stop-time-hours 0.0416667" in first and "--seed 1" in first and "--seed 2" in second
     assert "--num-threads" not in first.replace(TINY, "")  # one after the other: each on every core
     # side by side: both for the whole 5 minutes at once, each on half the cores
     first, second = runs["ensemble_side_by_side"]["train_commands"]
     assert "--stop-time-hours 0.0833333" in first and "--seed 1" in first and "--seed 2" in second
-    assert "--num-threads" in first.replace(TINY, "") and runs["ensemble_side_by_side"]["updates"] == [6, 6]
+    assert "--num-threads" in first.replace(TINY, "") and runs["ensemble_side_by_side"]["updates"] == [12, 12]
     assert "[seed2] $ " in capsys.readouterr().out
-    # 6 updates, a checkpoint every 2: the best checkpoints and the averages, each with 2 length penalties
+    # 12 updates, a checkpoint every update but at the 3 epoch ends: the best checkpoints, the averages of the
+    # last 5 and of all 9 (the wide average, capped at what exists), each with 2 length penalties
     scores = {name: runs[name]["valid_bleu"] for name in ("ensemble", "ensemble_side_by_side")}
-    assert set(scores["ensemble"]) == {"best/lenpen 0.6", "best/lenpen 1.0", "average/lenpen 0.6", "average/lenpen 1.0"}
+    assert set(scores["ensemble"]) == {f"{kind}/lenpen {p}" for kind in ("best", "average", "wide_average")
+                                       for p in ("0.6", "1.0")}
+    kept = runs["ensemble"]["checkpoints"]
+    assert [p.rsplit("/", 1)[-1] for p in kept["wide_average"]] == ["checkpoint_wide_average.pt"] * 2
     winner = max(scores, key=lambda name: max(scores[name].values()))
     assert runs["test"]["valid_bleu"] == max(scores[winner].values()) and runs["test"]["candidate"] == winner
     assert runs["test"]["setting"] == max(scores[winner], key=scores[winner].get)
     assert (out / runs["test"]["candidate"] / "test" / "generate-valid.txt").is_file()
     table = (out / "table.md").read_text()
-    assert "| ensemble | (quickstart) | 6 + 6 |" in table and f"Chosen on valid: {winner} (" in table
+    assert "| ensemble | (quickstart) | 12 + 12 |" in table and f"Chosen on valid: {winner} (" in table
 
     capsys.readouterr()
     assert call(module, argv) == 0  # the rerun trains and translates nothing
@@ -55,11 +59,25 @@ def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
     more[more.index("0.6,1.0")] = "0.6,1.0,1.4"
     assert call(module, more) == 0  # another length penalty: scored on the kept checkpoints, nothing trained
     commands = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")]
-    assert [c.rsplit("/", 1)[-1] for c in commands] == ["nmt-generate"] * 4  # 2 models' best and average, at 1.4
+    assert [c.rsplit("/", 1)[-1] for c in commands] == ["nmt-generate"] * 6  # 2 models' best and averages, at 1.4
     rescored = json.loads((out / "results.json").read_text())["runs"]
     assert set(rescored["ensemble"]["valid_bleu"]) == set(runs["ensemble"]["valid_bleu"]) | {
-        "best/lenpen 1.4", "average/lenpen 1.4"}
+        "best/lenpen 1.4", "average/lenpen 1.4", "wide_average/lenpen 1.4"}
     assert rescored["ensemble"]["valid_bleu"]["best/lenpen 1.0"] == runs["ensemble"]["valid_bleu"]["best/lenpen 1.0"]
+
+
+@pytest.mark.parametrize("found, spans", [(1, {}), (3, {"average": 3}), (5, {"average": 5}),
+                                          (6, {"average": 5, "wide_average": 6}),
+                                          (25, {"average": 5, "wide_average": 20})])
+def test_averages_span_what_exists_and_skip_repeats(tmp_path, monkeypatch, found, spans):
+    module = load_script("recipes")
+    for update in range(found):
+        (tmp_path / f"checkpoint_1_{update}.pt").touch()
+    commands: list[list[str]] = []
+    monkeypatch.setattr(module, "call", lambda argv, *rest: commands.append([str(a) for a in argv]))
+    made = module.averages(tmp_path)
+    assert {kind: path.name for kind, path in made.items()} == {kind: f"checkpoint_{kind}.pt" for kind in spans}
+    assert [int(c[c.index("--num-update-checkpoints") + 1]) for c in commands] == list(spans.values())
 
 
 def test_unknown_candidate_is_a_usage_error(tmp_path, capsys):
