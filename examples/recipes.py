@@ -39,7 +39,7 @@ from nmt.config.fields import opt  # noqa: E402
 from nmt.errors import NmtError  # noqa: E402
 from nmt.fileio import atomic_write_text  # noqa: E402
 
-# the averages scored: name -> how many of the last interval checkpoints (every 50 updates) each spans
+# the averages scored, narrowest first: name -> how many of the last interval checkpoints (every 50 updates) it spans
 AVERAGES: dict[str, int] = {"average": 5, "wide_average": 20}
 KEEP = max(AVERAGES.values())  # interval checkpoints kept
 # Wu et al. 2021's Multi30k Transformer-Tiny (4+4 layers, d_model 128, d_ff 256, lr 5e-3, warmup 2,000; their
@@ -104,15 +104,14 @@ def averages(save: Path) -> dict[str, Path]:
     out when it would average fewer than two checkpoints or the same ones as a narrower kind."""
     found = len(list(save.glob("checkpoint_*_*.pt")))
     made: dict[str, Path] = {}
-    narrower = 1
-    for kind, span in sorted(AVERAGES.items(), key=lambda item: item[1]):
+    narrower = 1  # checkpoints the previous kind averaged
+    for kind, span in AVERAGES.items():
         count = min(found, span)
         if count > narrower:
-            out = save / f"checkpoint_{kind}.pt"
+            made[kind] = save / f"checkpoint_{kind}.pt"
             call([tool("nmt-average-checkpoints"), "--inputs", str(save), "--num-update-checkpoints", str(count),
-                  "--output", str(out)])
-            made[kind] = out
-        narrower = max(narrower, count)
+                  "--output", str(made[kind])])
+        narrower = count
     return made
 
 
