@@ -12,8 +12,9 @@ two seeds underestimate the noise, and the test set's own sampling noise is larg
 figure's mean and spread, the paper's figure for the nearest setting, and for every Table 3 row whether the
 paper's conclusion holds at this scale.
 
-Runs are kept as they finish in OUT_DIR/results.json; a rerun skips them, and a run that was interrupted
-resumes from its checkpoint_last.pt, so the table can be run in pieces (e.g. --variants heads_1,heads_8).
+Runs are kept as they finish in RECORD_DIR/results.json, with their translations (--record-dir, by default
+--out-dir; small enough for git); a rerun skips them, and a run that was interrupted resumes from its
+checkpoint_last.pt, so the table can be run in pieces (e.g. --variants heads_1,heads_8).
 --jobs 2 trains two runs at once, each on its share of the cores.
 
 \b
@@ -43,7 +44,7 @@ from nmt.config.common import CommonConfig
 from nmt.config.fields import opt
 from nmt.errors import NmtError, UsageError
 from nmt.fileio import atomic_write_text
-from nmt.hardware import cores_per_process, native_bf16
+from nmt.hardware import bf16_is_faster, cores_per_process
 
 # The quickstart's model and recipe (scripts/quickstart.sh), minus its time bound and interval checkpoints.
 BASE_FLAGS = ["--arch", "transformer_tiny", "--encoder-layers", "3", "--decoder-layers", "3",
@@ -137,10 +138,14 @@ class AblationJob:
     warmup_updates: int = opt(500, "Linear warmup of the inverse_sqrt schedule, in updates.", low=0)
     max_tokens: int = opt(4096, "Tokens per batch.", low=1)
     seeds: int = opt(2, "Seeds for the base, and for every variation within the base's seed spread.", low=1)
-    precision: str = opt("auto", "Training and decoding precision: auto is bf16 where this machine multiplies bf16 "
-                                 "natively (AVX512-BF16 / AMX / a CUDA GPU with bf16), else fp32.",
+    precision: str = opt("auto", "Training and decoding precision: auto is bf16 where this machine's bf16 products "
+                                 "are measured faster than fp32's (nmt.hardware.bf16_is_faster), else fp32.",
                          choices=["auto", "fp32", "bf16"])
     out_dir: str = opt("runs/ablations", "Folder of one sub-folder (--save-dir) per run.")
+    record_dir: str = opt("", "Folder of the study's record: results.json, table.md and translations/ (each run's "
+                              "best translation of every test sentence, for the paired bootstrap). It is small "
+                              "enough to keep in git, so a study outlives the machine its checkpoints are on. "
+                              "Empty: --out-dir.")
     gen_subset: str = opt("test", "Split translated for BLEU (beam 5).")
     jobs: int = opt(1, "Runs trained at the same time, sharing the cores (each gets cores / N threads). On a "
                        "2-core CPU two 1-thread runs make ~1.4x the updates per hour of one 2-thread run; the "
@@ -187,8 +192,8 @@ def call(argv: list[str], tag: str = "") -> str:
 
 
 def precision_flags(precision: str) -> list[str]:
-    """The nmt-train / nmt-generate flags of --precision (auto: bf16 where this machine multiplies it natively)."""
-    return ["--bf16"] if precision == "bf16" or (precision == "auto" and native_bf16()) else []
+    """The nmt-train / nmt-generate flags of --precision (auto: bf16 where it is measured faster than fp32)."""
+    return ["--bf16"] if precision == "bf16" or (precision == "auto" and bf16_is_faster()) else []
 
 
 def thread_flags(option: str, share: int) -> list[str]:
@@ -199,6 +204,14 @@ def thread_flags(option: str, share: int) -> list[str]:
 
 def run_dir(job: AblationJob, name: str, seed: int) -> Path:
     return Path(job.out_dir) / name / f"seed{seed}"
+
+
+def record_dir(job: AblationJob) -> Path:
+    return Path(job.record_dir or job.out_dir)
+
+
+def translations_path(job: AblationJob, name: str, seed: int) -> Path:
+    return record_dir(job) / "translations" / f"{name}.seed{seed}.{job.gen_subset}.txt"
 
 
 def train_command(job: AblationJob, name: str, seed: int) -> list[str]:
@@ -248,6 +261,9 @@ def run_once(job: AblationJob, name: str, seed: int) -> dict[str, Any]:
     generate = generate_command(job, name, seed)
     call(generate, tag)
     summary = (save / job.gen_subset / f"generate-{job.gen_subset}.txt").read_text(encoding="utf-8")
+    translations = best_translations(summary)
+    translations_path(job, name, seed).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(translations_path(job, name, seed), "".join(f"{line}\n" for line in translations))
     bleu, chrf = re.search(r"BLEU = ([0-9.]+)", summary), re.search(r"chrF2 = ([0-9.]+)", summary)
     best, updates = best_validation(save)
     params, train_seconds = checkpoint_facts(save / "checkpoint_last.pt")
@@ -281,7 +297,7 @@ class Table:
         atomic_write_text(self.path, json.dumps({"settings": self.settings, "runs": self.runs}, indent=2) + "\n")
 
     def seeds_of(self, name: str) -> list[dict[str, Any]]:
-        return [r for r in self.runs.values() if r["variant"] == name]
+        return sorted((r for r in self.runs.values() if r["variant"] == name), key=lambda r: r["seed"])
 
     def figures(self, name: str, metric: str) -> Optional[Figures]:
         values = [r[metric] for r in self.seeds_of(name) if r[metric] is not None]
@@ -314,37 +330,45 @@ def compare(table: Table, name: str, bleu_p: Optional[float] = None) -> dict[str
 SIGNIFICANCE = 0.05
 
 
-def hypotheses(job: AblationJob, name: str, seed: int) -> Optional[list[str]]:
-    """The detokenized best translation of each sentence of a run's test translation, in sentence order (None: it
-    was translated with --quiet, as runs made before the bootstrap were)."""
-    path = run_dir(job, name, seed) / job.gen_subset / f"generate-{job.gen_subset}.txt"
+def best_translations(generate_output: str) -> list[str]:
+    """The detokenized best translation of each sentence (the D- lines of nmt-generate's output), in sentence
+    order."""
     best = {}
-    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+    for line in generate_output.splitlines():
         if line.startswith("D-"):
             sid, _score, text = line[2:].split("\t", 2)
             best[int(sid)] = text
-    return [best[i] for i in sorted(best)] or None
+    return [best[i] for i in sorted(best)]
+
+
+def hypotheses(job: AblationJob, name: str, seed: int) -> Optional[list[str]]:
+    """A run's translations kept in the record (None: none were kept, as for runs whose figures were copied
+    into the record from the docs after their machine was gone)."""
+    path = translations_path(job, name, seed)
+    return path.read_text(encoding="utf-8").splitlines() if path.is_file() else None
 
 
 def bleu_p_values(job: AblationJob, table: Table, names: list[str]) -> dict[str, float]:
     """Per variation, sacreBLEU's paired bootstrap (1,000 resamples of the test sentences) of its first seed
     against the base's: the p-value that its BLEU difference is resampling noise. The base's seed spread says
     how much training varies; this says how much the test set's sampling does, which on 1,000 sentences is
-    ~1.6 BLEU (95% interval)."""
+    ~1.6 BLEU (95% interval). A run whose translations were not kept gives the p-value its record holds
+    (``bleu_p``, measured against the base of its own machine), if any."""
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
     from nmt.data.data_dir import kept_raw_text, resolve_langs
 
     seed = job.common.seed
+    kept = {name: table.get(f"{name}/seed{seed}") or {} for name in names if name != "base"}
+    out = {name: float(r["bleu_p"]) for name, r in kept.items() if r.get("bleu_p") is not None}
     base = hypotheses(job, "base", seed)
     if base is None:
-        return {}
+        return out
     reference = kept_raw_text(job.data, job.gen_subset, resolve_langs(job.data, None, None)[1])
     if reference is None:
-        return {}
+        return out
     refs = reference.read_text(encoding="utf-8").splitlines()
-    out = {}
     for name in names:
         this = hypotheses(job, name, seed) if name != "base" and table.get(f"{name}/seed{seed}") else None
         if this is None or len(this) != len(base) or len(refs) != len(base):
@@ -417,6 +441,10 @@ CLAIMS: list[Claim] = [
 ]
 
 
+def _minutes(record: dict[str, Any]) -> str:
+    return "-" if record.get("train_seconds") is None else f"{record['train_seconds'] / 60:.0f} min"
+
+
 def _threads(record: dict[str, Any]) -> str:
     found = re.search(r"--num-threads (\d+)", record.get("train_command", ""))
     return f"{found.group(1)} thr" if found else "all cores"
@@ -445,11 +473,13 @@ def markdown(table: Table, names: list[str], gen_subset: str, bleu_p: Optional[d
         lines.append(f"| {variant.row} | {name} | {variant.label} | {first['params'] / 1e6:.2f}M | {len(runs)} | "
                      f"{cells} | {versus} | {p_cell} | {variant.paper.cell()} | "
                      f"{first['best_update']} / {first['num_updates']} | "
-                     f"{first['train_seconds'] / 60:.0f} min ({_threads(first)}) |\n")
+                     f"{_minutes(first)} ({_threads(first)}) |\n")
     claims = [f"- **{c.row}**: {c.text}: {c.judge(verdicts)}.\n" for c in CLAIMS]
     intro = (f"\nThe paper's conclusions, checked against the base's seed spread (and, for BLEU, a paired bootstrap "
              f"at p < {SIGNIFICANCE}):\n\n")
-    return head + "".join(lines) + intro + "".join(claims)
+    notes = [f"- {key}: {r['note']}\n" for key, r in table.runs.items() if r.get("variant") in names and r.get("note")]
+    noted = "\nRuns with a note:\n\n" + "".join(notes) if notes else ""
+    return head + "".join(lines) + intro + "".join(claims) + noted
 
 
 def chosen(option: str, given: str, known: dict[str, Any], data: str) -> list[str]:
@@ -485,12 +515,12 @@ def wanted(job: AblationJob, table: Table, names: list[str]) -> list[tuple[str, 
 
 def run(job: AblationJob) -> None:
     names = plan(job)
-    out = Path(job.out_dir)
     settings = {"data": job.data, "max_update": job.max_update, "patience": job.patience,
                 "warmup_updates": job.warmup_updates, "max_tokens": job.max_tokens,
                 "bf16": bool(precision_flags(job.precision)), "train_args": job.train_args,
                 "gen_subset": job.gen_subset}
-    table = Table(out / "results.json", settings)
+    record = record_dir(job)
+    table = Table(record / "results.json", settings)
     seen: set[str] = set()  # runs skipped, started or finished
     running: dict[Future[dict[str, Any]], str] = {}
     failed: Optional[BaseException] = None
@@ -518,13 +548,13 @@ def run(job: AblationJob) -> None:
                     failed = failed or future.exception()
                     continue
                 table.add(key, future.result())
-                atomic_write_text(out / "table.md", markdown(table, names, job.gen_subset,
+                atomic_write_text(record / "table.md", markdown(table, names, job.gen_subset,
                                                              bleu_p_values(job, table, names)))
     if failed is not None:
         raise failed
     text = markdown(table, names, job.gen_subset, bleu_p_values(job, table, names))
-    atomic_write_text(out / "table.md", text)
-    click.echo(f"\n{text}\nwritten to {out / 'table.md'} (figures and commands in {table.path})")
+    atomic_write_text(record / "table.md", text)
+    click.echo(f"\n{text}\nwritten to {record / 'table.md'} (figures and commands in {table.path})")
 
 
 main = config_command("ablations.py", AblationJob, run, help=__doc__, arguments={"data": "data"})

@@ -75,8 +75,8 @@ class RecipeJob:
     minutes: float = opt(30.0, "Training time per candidate, in minutes (the ensembles' two models share it).",
                          low=0, low_open=True)
     lenpens: str = opt("1.0", "Comma-separated length penalties each checkpoint is scored with on valid.")
-    precision: str = opt("auto", "Training and decoding precision: auto is bf16 where this machine multiplies bf16 "
-                                 "natively, else fp32.", choices=["auto", "fp32", "bf16"])
+    precision: str = opt("auto", "Training and decoding precision: auto is bf16 where this machine's bf16 products "
+                                 "are measured faster than fp32's, else fp32.", choices=["auto", "fp32", "bf16"])
     test: bool = opt(False, "Translate --test-subset once, with the best setting on valid.")
     test_subset: str = opt("test", "The split --test translates.")
     out_dir: str = opt("runs/recipes", "Folder of one sub-folder per candidate.")

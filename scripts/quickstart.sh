@@ -49,10 +49,10 @@ nmt-preprocess --source-lang en --target-lang de \
   --destdir "$BIN" --tokenizer moses --bpe subword_nmt --bpe-merges 10000 \
   --joined-dictionary --workers 2
 
-# bf16 where this machine multiplies it natively (avx512_bf16 / AMX; 2-4x faster than fp32 there); elsewhere
-# torch emulates it and fp32 is several times faster (docs/mixed-precision.md)
+# bf16 where this machine's bf16 products are measured faster than fp32's (AMX, or AVX512-BF16 on an EPYC: 2-4x);
+# elsewhere fp32 (emulated bf16 is several times slower; docs/mixed-precision.md)
 PRECISION=()
-if python3 -c "from nmt.hardware import native_bf16; raise SystemExit(not native_bf16())"; then PRECISION=(--bf16); fi
+if python3 -c "from nmt.hardware import bf16_is_faster; raise SystemExit(not bf16_is_faster())"; then PRECISION=(--bf16); fi
 
 # The quality recipe (fairseq's reference run): 3+3 layers d256 (transformer_tiny's shape made
 # bigger), shared embeddings, dropout 0.3, Adam (0.9, 0.98), inverse-sqrt schedule, label smoothing.

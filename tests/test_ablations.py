@@ -20,14 +20,14 @@ TINY = ("--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 --decoder-
 def test_base_seeds_a_variant_table_and_rerun_skips(tmp_path, capsys):
     module = load_script("ablations")
     data = make_toy_task(tmp_path / "toy", n_train=120, n_valid=16)
-    out = tmp_path / "runs"
+    out, kept = tmp_path / "runs", tmp_path / "record"
     argv = [data, "--variants", "learned_positions", "--max-update", "5", "--warmup-updates", "2",
             "--max-tokens", "256", "--gen-subset", "valid", "--precision", "fp32", "--out-dir", out,
-            f"--train-args={TINY}", "--jobs", "2"]
+            "--record-dir", kept, f"--train-args={TINY}", "--jobs", "2"]
     assert call(module, argv) == 0
     shown = capsys.readouterr().out
     assert f"[base/seed2] $ {module.tool('nmt-train')}" in shown  # two runs at once: each line says whose it is
-    saved = json.loads((out / "results.json").read_text())
+    saved = json.loads((kept / "results.json").read_text())
     runs = saved["runs"]
     assert saved["settings"]["max_update"] == 5 and saved["settings"]["bf16"] is False
     assert {"base/seed1", "base/seed2", "learned_positions/seed1"} <= set(runs)  # the base always, with 2 seeds
@@ -39,7 +39,11 @@ def test_base_seeds_a_variant_table_and_rerun_skips(tmp_path, capsys):
     # learned positions add a table of trained vectors: more parameters than sinusoids
     assert runs["learned_positions/seed1"]["params"] > runs["base/seed1"]["params"]
     assert "--positional learned" in runs["learned_positions/seed1"]["train_command"]
-    table = (out / "table.md").read_text()
+    assert not (out / "results.json").exists() and (out / "base" / "seed1" / "checkpoint_best.pt").is_file()
+    for key in runs:  # each run's translations are in the record, one line per validation sentence
+        name, seed = key.split("/seed")
+        assert len((kept / "translations" / f"{name}.seed{seed}.valid.txt").read_text().splitlines()) == 16
+    table = (kept / "table.md").read_text()
     assert "| base |" in table and "| learned_positions |" in table and "| E | learned_positions |" in table
     assert "positional embedding: 4.92 / 25.7" in table  # the paper's figures beside the row
     assert re.search(r"\| learned_positions \|[^\n]* \| [01]\.\d{3} \| positional", table)  # its bootstrap p
@@ -47,7 +51,7 @@ def test_base_seeds_a_variant_table_and_rerun_skips(tmp_path, capsys):
 
     assert call(module, argv) == 0  # the rerun trains nothing
     assert capsys.readouterr().out.count("skipped") == len(runs)
-    assert json.loads((out / "results.json").read_text())["runs"] == runs
+    assert json.loads((kept / "results.json").read_text())["runs"] == runs
 
     # other settings into the same folder: refused, nothing changed
     assert call(module, [*argv[:4], "6", *argv[5:]]) == 2
@@ -166,19 +170,27 @@ def test_bleu_needs_a_paired_bootstrap_to_differ(tmp_path, monkeypatch):
     close = [refs[0], *worse[1:]]  # one sentence better than the base
     for name, hyps in (("base", worse), ("heads_1", refs), ("heads_8", mixed), ("heads_16", close),
                        ("learned_positions", worse)):
-        folder = module.run_dir(job, name, 1) / "test"
-        folder.mkdir(parents=True)
-        lines = [f"D-{i}\t-0.5\t{h}" for i, h in reversed(list(enumerate(hyps)))]  # not in sentence order
-        (folder / "generate-test.txt").write_text("\n".join(lines) + "\nBLEU = 1.0\n", encoding="utf-8")
+        path = module.translations_path(job, name, 1)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(hyps) + "\n", encoding="utf-8")
     assert module.hypotheses(job, "heads_8", 1) == mixed
+    # a record copied from the docs, its translations lost with its machine: the p-value it holds
+    copied = {**record("key_dim_16", 1, 10.1, 34.0), "bleu_p": 0.197}
     table = table_of(module, tmp_path, [record("base", 1, 10.0, 35.0), record("base", 2, 10.2, 35.2),
                                         record("heads_1", 1, 10.1, 60.0), record("heads_16", 1, 10.1, 36.0),
-                                        record("learned_positions", 1, 10.1, 36.0)])
-    p = module.bleu_p_values(job, table, ["base", "heads_1", "heads_8", "heads_16", "learned_positions"])
-    assert set(p) == {"heads_1", "heads_16", "learned_positions"}  # heads_8 has hypotheses but no finished record
+                                        record("learned_positions", 1, 10.1, 36.0), copied])
+    p = module.bleu_p_values(job, table, ["base", "heads_1", "heads_8", "heads_16", "learned_positions", "key_dim_16"])
+    # heads_8 has translations but no finished record
+    assert set(p) == {"heads_1", "heads_16", "learned_positions", "key_dim_16"} and p["key_dim_16"] == 0.197
     assert p["heads_1"] < 0.05 and p["heads_16"] > module.SIGNIFICANCE and p["learned_positions"] == 1.0
     assert module.compare(table, "heads_1", p["heads_1"])["test_bleu"] == "better"
     assert module.compare(table, "heads_16", p["heads_16"])["test_bleu"] == "level"
     assert module.compare(table, "heads_16")["test_bleu"] == "better"  # the seed spread alone would say so
     text = module.markdown(table, ["base", "heads_1", "heads_16"], "test", p)
     assert f"| {p['heads_16']:.3f} |" in text
+
+
+def test_best_translations_are_in_sentence_order():
+    module = load_script("ablations")
+    output = "S-1\tb\nD-1\t-0.2\tzwei\nH-0\t-0.1\teins@@ s\nD-0\t-0.1\teins\nBLEU = 1.0\n"
+    assert module.best_translations(output) == ["eins", "zwei"]
