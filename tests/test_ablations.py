@@ -175,7 +175,7 @@ def test_bleu_needs_a_paired_bootstrap_to_differ(tmp_path, monkeypatch):
         path.write_text("\n".join(hyps) + "\n", encoding="utf-8")
     assert module.hypotheses(job, "heads_8", 1) == mixed
     # a record copied from the docs, its translations lost with its machine: the p-value it holds
-    copied = {**record("key_dim_16", 1, 10.1, 34.0), "bleu_p": 0.197}
+    copied = {**record("key_dim_16", 1, 10.1, 34.0), "bleu_p": 0.197, "train_seconds": None, "note": "from the docs"}
     table = table_of(module, tmp_path, [record("base", 1, 10.0, 35.0), record("base", 2, 10.2, 35.2),
                                         record("heads_1", 1, 10.1, 60.0), record("heads_16", 1, 10.1, 36.0),
                                         record("learned_positions", 1, 10.1, 36.0), copied])
@@ -188,6 +188,9 @@ def test_bleu_needs_a_paired_bootstrap_to_differ(tmp_path, monkeypatch):
     assert module.compare(table, "heads_16")["test_bleu"] == "better"  # the seed spread alone would say so
     text = module.markdown(table, ["base", "heads_1", "heads_16"], "test", p)
     assert f"| {p['heads_16']:.3f} |" in text
+    copied_row = module.markdown(table, ["base", "key_dim_16"], "test", p)
+    assert "| 0.197 |" in copied_row and "| - (all cores) |" in copied_row  # its train time is not known
+    assert copied_row.endswith("Runs with a note:\n\n- key_dim_16/seed1: from the docs\n")
 
 
 def test_best_translations_are_in_sentence_order():
