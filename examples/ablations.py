@@ -262,9 +262,9 @@ def run_once(job: AblationJob, name: str, seed: int) -> dict[str, Any]:
     generate = generate_command(job, name, seed)
     call(generate, tag)
     summary = (save / job.gen_subset / f"generate-{job.gen_subset}.txt").read_text(encoding="utf-8")
-    translations = best_translations(summary)
-    translations_path(job, name, seed).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(translations_path(job, name, seed), "".join(f"{line}\n" for line in translations))
+    kept = translations_path(job, name, seed)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(kept, "".join(f"{line}\n" for line in best_translations(summary)))
     bleu, chrf = re.search(r"BLEU = ([0-9.]+)", summary), re.search(r"chrF2 = ([0-9.]+)", summary)
     best, updates = best_validation(save)
     params, train_seconds = checkpoint_facts(save / "checkpoint_last.pt")
@@ -361,8 +361,8 @@ def bleu_p_values(job: AblationJob, table: Table, names: list[str]) -> dict[str,
     from nmt.data.data_dir import kept_raw_text, resolve_langs
 
     seed = job.common.seed
-    kept = {name: table.get(f"{name}/seed{seed}") or {} for name in names if name != "base"}
-    out = {name: float(r["bleu_p"]) for name, r in kept.items() if r.get("bleu_p") is not None}
+    finished = {name: table.get(f"{name}/seed{seed}") or {} for name in names if name != "base"}
+    out = {name: float(r["bleu_p"]) for name, r in finished.items() if r.get("bleu_p") is not None}
     base = hypotheses(job, "base", seed)
     if base is None:
         return out
@@ -370,8 +370,8 @@ def bleu_p_values(job: AblationJob, table: Table, names: list[str]) -> dict[str,
     if reference is None:
         return out
     refs = reference.read_text(encoding="utf-8").splitlines()
-    for name in names:
-        this = hypotheses(job, name, seed) if name != "base" and table.get(f"{name}/seed{seed}") else None
+    for name, record in finished.items():
+        this = hypotheses(job, name, seed) if record else None
         if this is None or len(this) != len(base) or len(refs) != len(base):
             continue
         if this == base:  # sacreBLEU's test degenerates (p = 1 / 1,001) on identical translations
