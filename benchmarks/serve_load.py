@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,10 +119,13 @@ class Server:
 
 
 def load_level(server: Server, sentences: list[str], clients: int, max_requests: int, max_seconds: float,
-               beam: int | None = None) -> tuple[float, list[float], int]:
-    """(sentences/s, latencies in s, errors) of ``clients`` concurrent clients sending one sentence per request
-    (OpenNMT-py's /translate; with ``beam``, the native /v1/translate asking for that beam)."""
+               beam: int | None = None) -> tuple[float, list[float], int, Counter[int]]:
+    """(sentences/s, latencies in s, errors, clients per server process) of ``clients`` concurrent clients sending
+    one sentence per request (OpenNMT-py's /translate; with ``beam``, the native /v1/translate asking for that
+    beam). A client's connection stays with the process that accepted it; /health on it names that process."""
     latencies: list[float] = []
+    processes: Counter[int] = Counter()
+    ends: list[float] = []
     errors = [0]
     next_index = [0]
     lock = threading.Lock()
@@ -132,7 +136,7 @@ def load_level(server: Server, sentences: list[str], clients: int, max_requests:
         while time.monotonic() < stop_at:
             with lock:
                 if next_index[0] >= max_requests:
-                    return
+                    break
                 i = next_index[0]
                 next_index[0] += 1
             sentence = sentences[i % len(sentences)]
@@ -149,6 +153,12 @@ def load_level(server: Server, sentences: list[str], clients: int, max_requests:
                     latencies.append(took)
                 else:
                     errors[0] += 1
+        with lock:
+            ends.append(time.perf_counter())
+        connection.request("GET", "/health")  # outside the level's clock: the process serving this connection
+        process = json.loads(connection.getresponse().read()).get("process", 0)
+        with lock:
+            processes[process] += 1
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
     start = time.perf_counter()
@@ -156,8 +166,8 @@ def load_level(server: Server, sentences: list[str], clients: int, max_requests:
         t.start()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - start
-    return len(latencies) / wall, latencies, errors[0]
+    wall = max(ends) - start
+    return len(latencies) / wall, latencies, errors[0], processes
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -205,21 +215,21 @@ def main(model: str | None, data: str | None, beam: int, threads: int, workers: 
                   "stopped: this machine's speed drifts, so each share "
                   "compares neighbours")
             print("| clients | sentences/s | nmt-generate | share of nmt-generate | p50 latency | p95 latency "
-                  "| errors |")
-            print("|---:|---:|---:|---:|---:|---:|---:|")
+                  "| errors | clients per server process |")
+            print("|---:|---:|---:|---:|---:|---:|---:|---|")
             for n in (int(c) for c in clients.split(",")):
                 with server.paused():
                     batch_speed = generate_speed(model_dir, data_dir, beam, threads, precision)
-                speed, latencies, errors = load_level(server, sentences, n, max_requests, max_seconds)
+                speed, latencies, errors, processes = load_level(server, sentences, n, max_requests, max_seconds)
                 print(f"| {n} | {speed:.1f} | {batch_speed:.1f} | {speed / batch_speed:.0%} "
                       f"| {percentile(latencies, 0.5) * 1000:.0f} ms | {percentile(latencies, 0.95) * 1000:.0f} ms "
-                      f"| {errors} |", flush=True)
+                      f"| {errors} | {' / '.join(str(c) for _, c in processes.most_common())} |", flush=True)
             from nmt.api import load
 
             tokens = load(str(model_dir), threads=1).tokenize
             thirteen = next(s for s in sentences if len(tokens(s)) == 13)
             for search in sorted({beam, 1}, reverse=True):
-                _, latencies, _ = load_level(server, [thirteen], 1, latency_requests, max_seconds, beam=search)
+                _, latencies, _, _ = load_level(server, [thirteen], 1, latency_requests, max_seconds, beam=search)
                 print(f"one 13-token sentence alone ({thirteen!r}), beam {search}, {len(latencies)} requests: "
                       f"median {statistics.median(latencies) * 1000:.1f} ms, p95 "
                       f"{percentile(latencies, 0.95) * 1000:.1f} ms")

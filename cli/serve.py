@@ -2,43 +2,16 @@
 POST /translate, nmt's POST /v1/translate, GET /health, GET /models, OpenAPI docs at /docs, and a page
 at / that translates and draws the encoder-decoder attention. Concurrent requests are batched together.
 With --workers N, N processes share the port, each with its own copy of the model (more sentences per
-second from many concurrent clients on a CPU). SIGTERM or Ctrl-C lets in-flight requests finish, then
-exits 0."""
+second from many concurrent clients on a CPU); on Linux the kernel spreads new connections evenly over
+them. SIGTERM or Ctrl-C lets in-flight requests finish, then exits 0."""
 
 from __future__ import annotations
-
-import errno
-import socket
 
 import click
 
 from nmt.cli.common import config_command
 from nmt.config.serve import ServeJob
 from nmt.errors import UsageError
-
-
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A bound, listening TCP socket (port 0: a free one); a busy or foreign address is one line."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror:
-        raise UsageError(f"--host {host}: not an address of this machine; use 127.0.0.1 or 0.0.0.0") from None
-    family, _, _, _, address = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # accepted connections inherit it: an answer's headers and body leave at once instead of the body waiting
-    # for the client's delayed ACK (40 ms per request on a kept-alive connection)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        sock.bind(address)
-    except OSError as e:
-        sock.close()
-        if e.errno == errno.EADDRINUSE:
-            raise UsageError(f"--port {port}: already in use on {host}; stop the other server or pick another "
-                             "port (--port 0 picks a free one)") from None
-        raise UsageError(f"--host {host} --port {port}: cannot listen there ({e.strerror})") from None
-    sock.listen(2048)
-    return sock
 
 
 def run(cfg: ServeJob) -> None:
@@ -50,10 +23,14 @@ def run(cfg: ServeJob) -> None:
 
     from nmt.hardware import cores_per_process
     from nmt.serve.process import model_location, serve
+    from nmt.serve.sockets import listening_socket, worker_port
     from nmt.serve.workers import WorkerPool
 
     path, _ = model_location(cfg)
-    sock = listening_socket(cfg.host, cfg.port)
+    if cfg.workers == 1:
+        sock = listening_socket(cfg.host, cfg.port)
+    else:
+        sock, port_of_workers = worker_port(cfg.host, cfg.port)
     host, port = sock.getsockname()[:2]
     root = cfg.route_prefix()
     shown = f"[{host}]" if ":" in host else host
@@ -65,11 +42,11 @@ def run(cfg: ServeJob) -> None:
 
     lost = 0  # workers that died while serving: their sentences are not counted
     if cfg.workers == 1:
-        served = serve(cfg, sock, lambda model: announce(model.source_lang, model.target_lang))
+        served = serve(cfg, lambda: sock, lambda model: announce(model.source_lang, model.target_lang))
     else:
         if not cfg.inference.threads:  # the cores shared out, as nmt-train does among its processes
             cfg.inference.threads = cores_per_process(cfg.workers)
-        pool = WorkerPool(cfg, sock, announce, lambda line: click.echo(line, err=True))
+        pool = WorkerPool(cfg, port_of_workers, announce, lambda line: click.echo(line, err=True))
         served, lost = pool.run(), pool.lost
     died = f", not counting those of the {lost} worker(s) that died" if lost else ""
     click.echo(f"nmt-serve: stopped after {served} sentences{died}", err=True)

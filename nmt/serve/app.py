@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
@@ -217,7 +218,7 @@ def build_app(service: TranslationService, start_batcher: bool = True) -> FastAP
 
     @app.get(f"{root}/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", **service.batcher.describe()}
+        return {"status": "ok", "process": os.getpid(), **service.batcher.describe()}
 
     @app.get(f"{root}/models")
     async def models() -> list[dict[str, Any]]:

@@ -72,9 +72,10 @@ def warm_up(model: TranslationModel, gen: GenerationConfig, new_batcher: Callabl
     print(f"nmt-serve: --compile: compiled in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
 
-def serve(cfg: ServeJob, sock: socket.socket, on_ready: Callable[[TranslationModel], None]) -> int:
-    """Load the model, serve ``sock`` until SIGTERM/SIGINT and the drain that follows; the sentences translated.
-    ``on_ready`` is called once the model is loaded and the default search checked, before the first request."""
+def serve(cfg: ServeJob, listen: Callable[[], socket.socket], on_ready: Callable[[TranslationModel], None]) -> int:
+    """Load the model, serve the socket ``listen`` gives until SIGTERM/SIGINT and the drain that follows; the
+    sentences translated. ``listen`` and then ``on_ready`` are called once the model is loaded and the default
+    search checked (and compiled), before the first request."""
     import uvicorn
 
     from nmt.api import load
@@ -94,6 +95,7 @@ def serve(cfg: ServeJob, sock: socket.socket, on_ready: Callable[[TranslationMod
     if cfg.inference.compile:
         warm_up(model, default, new_batcher)
     app = build_app(service, start_batcher=False)
+    sock = listen()
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                                            timeout_graceful_shutdown=int(cfg.drain_seconds)))
     on_ready(model)

@@ -1,10 +1,10 @@
-"""nmt-serve --workers N: N server processes sharing one listening socket, each with its own copy of the model
-and its own dynamic batching.
+"""nmt-serve --workers N: N server processes sharing one port, each with its own copy of the model and its own
+dynamic batching.
 
 A server's search steps cover only the few sentences its clients have in flight; on a CPU such a step is
 mostly Python and small products that a second thread barely speeds up. Two single-thread processes run two
-such steps at once instead (CTranslate2's ``inter_threads`` does the same with threads of C++). The kernel
-gives each new connection to whichever process accepts it first, so a busy one takes fewer.
+such steps at once instead (CTranslate2's ``inter_threads`` does the same with threads of C++). How they share
+the port, so that the kernel spreads the connections evenly, is nmt.serve.sockets'.
 
 The parent only supervises: it waits until every worker has loaded the model (the first failure ends the
 server with that worker's one-line reason), announces the server once, starts a worker again if one dies,
@@ -16,7 +16,6 @@ import contextlib
 import multiprocessing
 import os
 import signal
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -26,12 +25,13 @@ from typing import Any, Callable
 
 from nmt.config.serve import ServeJob
 from nmt.errors import WorkerError, exit_reporting
+from nmt.serve.sockets import WorkerPort
 
 POLL_SECONDS = 1.0
 
 
-def worker_main(cfg: ServeJob, sock: socket.socket, conn: Connection) -> None:
-    """A worker process (spawned, so it imports the user's plugins itself): serve ``sock`` until SIGTERM. It tells
+def worker_main(cfg: ServeJob, port: WorkerPort, conn: Connection) -> None:
+    """A worker process (spawned, so it imports the user's plugins itself): serve ``port`` until SIGTERM. It tells
     the parent ("ready", source language, target language), ("error", exit code, reason) or ("stopped",
     sentences translated)."""
     from nmt.plugin_loader import load_plugins
@@ -40,7 +40,7 @@ def worker_main(cfg: ServeJob, sock: socket.socket, conn: Connection) -> None:
     threading.Thread(target=_stop_when_orphaned, args=(os.getppid(),), name="nmt-orphan-watch", daemon=True).start()
     try:
         load_plugins(cfg.common.user_dir)
-        served = serve(cfg, sock, lambda model: conn.send(("ready", model.source_lang, model.target_lang)))
+        served = serve(cfg, port.listen, lambda model: conn.send(("ready", model.source_lang, model.target_lang)))
     except BaseException as e:  # noqa: BLE001 - the parent reports it as one line
         exit_reporting(conn, e, "a server process")
     with contextlib.suppress(OSError):
@@ -72,12 +72,12 @@ class Worker:
 
 
 class WorkerPool:
-    """``cfg.workers`` processes serving ``sock``; ``run`` supervises them until they have all stopped."""
+    """``cfg.workers`` processes serving ``port``; ``run`` supervises them until they have all stopped."""
 
-    def __init__(self, cfg: ServeJob, sock: socket.socket, on_ready: Callable[[str, str], None],
+    def __init__(self, cfg: ServeJob, port: WorkerPort, on_ready: Callable[[str, str], None],
                  say: Callable[[str], None]):
         self.cfg = cfg
-        self.sock = sock
+        self.port = port
         self.on_ready = on_ready  # (source language, target language), once every worker is ready
         self.say = say  # a line for the operator (a worker died and another starts)
         self.context = multiprocessing.get_context("spawn")  # fork would copy torch's thread pools, which hangs
@@ -115,7 +115,7 @@ class WorkerPool:
 
     def _start(self) -> Worker:
         reader, writer = self.context.Pipe(duplex=False)
-        process = self.context.Process(target=worker_main, args=(self.cfg, self.sock, writer), name="nmt-serve-worker")
+        process = self.context.Process(target=worker_main, args=(self.cfg, self.port, writer), name="nmt-serve-worker")
         process.start()
         writer.close()  # the worker holds the other copy: its exit ends the pipe
         return Worker(process, reader)
