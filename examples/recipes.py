@@ -11,8 +11,10 @@ time; `ensemble_side_by_side` trains the two at the same time, each for the whol
 updates of a model trained alone). With --test, the best (candidate, checkpoint, length penalty) on valid
 is translated on the test split once, and only that one.
 
-Runs are kept in OUT_DIR/results.json as they finish; a rerun skips them (scoring their checkpoints with any
-length penalty of --lenpens they lack) and an interrupted training resumes from its checkpoint_last.pt.
+Runs are kept in results.json as they finish, with table.md beside it, in --record-dir (default OUT_DIR; a
+folder in git outlives the machine the checkpoints are on); a rerun skips them (scoring their checkpoints with
+any length penalty of --lenpens they lack, while the checkpoints are still there) and an interrupted training
+resumes from its checkpoint_last.pt.
 
 \b
   python examples/recipes.py data-bin/multi30k_en_de --minutes 30
@@ -80,6 +82,8 @@ class RecipeJob:
     test: bool = opt(False, "Translate --test-subset once, with the best setting on valid.")
     test_subset: str = opt("test", "The split --test translates.")
     out_dir: str = opt("runs/recipes", "Folder of one sub-folder per candidate.")
+    record_dir: str = opt("", "Folder of the search's record: results.json and table.md. It is small enough to keep "
+                              "in git, so a search outlives the machine its checkpoints are on. Empty: --out-dir.")
     train_args: str = opt("", "Extra nmt-train flags for every candidate, one shell-quoted string; they come last.")
 
 
@@ -159,7 +163,12 @@ def score_valid(job: RecipeJob, record: dict[str, Any], lenpens: list[str]) -> b
     for kind, paths in record["checkpoints"].items():
         for lenpen in lenpens:
             setting = f"{kind}/lenpen {lenpen}"
-            if setting not in record["valid_bleu"]:
+            if setting in record["valid_bleu"]:
+                continue
+            if not all(Path(p).is_file() for p in paths):  # the record outlived its --out-dir
+                click.echo(f"== {record['variant']}: its {kind} checkpoints are gone ({paths[0]}); not scored with "
+                           f"lenpen {lenpen}")
+            else:
                 record["valid_bleu"][setting] = bleu(job, [Path(p) for p in paths], "valid", lenpen,
                                                      out / f"valid-{kind}-{lenpen}")
                 added = True
@@ -201,10 +210,10 @@ def markdown(table: Table, names: list[str], lenpens: list[str]) -> str:
 def run(job: RecipeJob) -> None:
     names = chosen("--candidates", job.candidates, CANDIDATES, job.data)
     lenpens = [p.strip() for p in job.lenpens.split(",") if p.strip()]
-    out = Path(job.out_dir)
+    out, record_dir = Path(job.out_dir), Path(job.record_dir or job.out_dir)
     settings = {"data": job.data, "minutes": job.minutes, "bf16": bool(precision_flags(job.precision)),
                 "train_args": job.train_args}
-    table = Table(out / "results.json", settings)
+    table = Table(record_dir / "results.json", settings)
     for name in names:
         record = table.get(name)
         if record is None:
@@ -217,11 +226,14 @@ def run(job: RecipeJob) -> None:
         name, setting, score = best_setting(table, names)
         kind, lenpen = setting.split("/lenpen ")
         paths = [Path(p) for p in table.get(name)["checkpoints"][kind]]  # type: ignore[index]
+        if not all(p.is_file() for p in paths):
+            raise NmtError(f"--test: the checkpoints of the best setting on valid ({name}, {setting}) are gone "
+                           f"({paths[0]}); train {name} again (remove its run from {table.path}) to test it")
         table.add("test", {"variant": "test", "seed": 1, "candidate": name, "setting": setting, "valid_bleu": score,
                            "test_bleu": bleu(job, paths, job.test_subset, lenpen, out / name / "test")})
     text = markdown(table, names, lenpens)
-    atomic_write_text(out / "table.md", text)
-    click.echo(f"\n{text}\nwritten to {out / 'table.md'} (figures and commands in {table.path})")
+    atomic_write_text(record_dir / "table.md", text)
+    click.echo(f"\n{text}\nwritten to {record_dir / 'table.md'} (figures and commands in {table.path})")
 
 
 main = config_command("recipes.py", RecipeJob, run, help=__doc__, arguments={"data": "data"})

@@ -7,6 +7,7 @@ that only scores the kept checkpoints."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -78,6 +79,36 @@ def test_averages_span_what_exists_and_skip_repeats(tmp_path, monkeypatch, found
     made = module.averages(tmp_path)
     assert {kind: path.name for kind, path in made.items()} == {kind: f"checkpoint_{kind}.pt" for kind in spans}
     assert [int(c[c.index("--num-update-checkpoints") + 1]) for c in commands] == list(spans.values())
+
+
+@pytest.mark.slow
+def test_record_dir_outlives_the_checkpoints(tmp_path, capsys):
+    """--record-dir keeps results.json and table.md apart from the checkpoints: once --out-dir is gone, a rerun
+    with another length penalty trains and translates nothing and says why, and --test is refused in one line."""
+    module = load_script("recipes")
+    data = make_toy_task(tmp_path / "toy", n_train=120, n_valid=16)
+    out, record = tmp_path / "runs", tmp_path / "record"
+    argv = [data, "--candidates", "quickstart", "--minutes", "5", "--lenpens", "1.0", "--precision", "fp32",
+            "--out-dir", out, "--record-dir", record, f"--train-args={TINY}"]
+    assert call(module, argv) == 0
+    assert (record / "table.md").is_file() and not (out / "results.json").exists()
+    runs = json.loads((record / "results.json").read_text())["runs"]
+    assert set(runs["quickstart"]["valid_bleu"]) == {"best/lenpen 1.0", "average/lenpen 1.0",
+                                                     "wide_average/lenpen 1.0"}
+    shutil.rmtree(out)
+
+    capsys.readouterr()
+    more = [str(a) for a in argv]
+    more[more.index("1.0")] = "1.0,1.4"
+    assert call(module, more) == 0
+    printed = capsys.readouterr().out
+    assert not [line for line in printed.splitlines() if line.startswith("$ ")]  # nothing trained or translated
+    assert "quickstart: its best checkpoints are gone" in printed and "not scored with lenpen 1.4" in printed
+    assert json.loads((record / "results.json").read_text())["runs"] == runs
+
+    assert call(module, [*argv, "--test"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--test: the checkpoints of the best setting on valid (quickstart" in err[0], err
 
 
 def test_unknown_candidate_is_a_usage_error(tmp_path, capsys):
