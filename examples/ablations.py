@@ -192,6 +192,18 @@ def call(argv: list[str], tag: str = "") -> str:
     return "".join(lines)
 
 
+STOPPED = re.compile(r"^nmt-train: stopped by .*$", re.MULTILINE)  # nmt.training.preemption.stop_line
+
+
+def train_to_end(argv: list[str], tag: str = "") -> None:
+    """Run an nmt-train command to its end. A training stopped by a signal saves checkpoint_last.pt and exits 0
+    (preemption); here that is an error, so that a half-trained model is never scored as a finished run: running
+    the study again resumes it."""
+    stopped = STOPPED.search(call(argv, tag))
+    if stopped is not None:
+        raise NmtError(f"{stopped.group(0)}; not scored: run the same command again to resume it")
+
+
 def precision_flags(precision: str) -> list[str]:
     """The nmt-train / nmt-generate flags of --precision (auto: bf16 where it is measured faster than fp32)."""
     return ["--bf16"] if precision == "bf16" or (precision == "auto" and bf16_is_faster()) else []
@@ -258,7 +270,7 @@ def run_once(job: AblationJob, name: str, seed: int) -> dict[str, Any]:
     tag = f"[{name}/seed{seed}] " if job.jobs > 1 else ""
     started = time.perf_counter()
     train = train_command(job, name, seed)
-    call(train, tag)
+    train_to_end(train, tag)
     generate = generate_command(job, name, seed)
     call(generate, tag)
     summary = (save / job.gen_subset / f"generate-{job.gen_subset}.txt").read_text(encoding="utf-8")

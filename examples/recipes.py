@@ -34,7 +34,7 @@ from typing import Any
 import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/ablations.py, run as a script or loaded
-from ablations import BASE_FLAGS, Table, call, chosen, precision_flags, thread_flags, tool  # noqa: E402
+from ablations import BASE_FLAGS, Table, call, chosen, precision_flags, thread_flags, tool, train_to_end  # noqa: E402
 
 from nmt.cli.common import config_command  # noqa: E402
 from nmt.config.fields import opt  # noqa: E402
@@ -99,7 +99,7 @@ def train(job: RecipeJob, name: str, seed: int, minutes: float, save: Path, shar
             "--stop-time-hours", f"{minutes / 60:.6g}", "--save-interval-updates", "50",
             "--keep-interval-updates", str(KEEP), "--save-dir", str(save), *thread_flags("--num-threads", share),
             *shlex.split(job.train_args)]
-    call(argv, f"[seed{seed}] " if share > 1 else "")
+    train_to_end(argv, f"[seed{seed}] " if share > 1 else "")
     return argv
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 
 import pytest
 
+from nmt.errors import NmtError
 from tests.example_scripts import call, load_script
 from tests.train_toy_data import make_toy_task
 
@@ -197,3 +199,15 @@ def test_best_translations_are_in_sentence_order():
     module = load_script("ablations")
     output = "S-1\tb\nD-1\t-0.2\tzwei\nH-0\t-0.1\teins@@ s\nD-0\t-0.1\teins\nBLEU = 1.0\n"
     assert module.best_translations(output) == ["eins", "zwei"]
+
+
+def test_a_training_stopped_by_a_signal_is_not_scored_as_finished(capsys):
+    """nmt-train exits 0 when SIGTERM stops it (it saves checkpoint_last.pt to resume from); the study must not
+    translate and record that half-trained model as a finished run."""
+    module = load_script("ablations")
+    stopped = ("nmt-train: stopped by SIGTERM after update 700; saved runs/base/seed1/checkpoint_last.pt; run the "
+               "same command again to resume")
+    with pytest.raises(NmtError, match="stopped by SIGTERM after update 700; .*not scored"):
+        module.train_to_end([sys.executable, "-c", f"print('epoch 6 ...'); print({stopped!r})"])
+    module.train_to_end([sys.executable, "-c", "print('done training: reached --max-update 3000')"])  # no error
+    assert "done training" in capsys.readouterr().out
