@@ -153,11 +153,11 @@ def load_level(server: Server, sentences: list[str], clients: int, max_requests:
                     latencies.append(took)
                 else:
                     errors[0] += 1
-        with lock:
-            ends.append(time.perf_counter())
+        ended = time.perf_counter()
         connection.request("GET", "/health")  # outside the level's clock: the process serving this connection
         process = json.loads(connection.getresponse().read()).get("process", 0)
         with lock:
+            ends.append(ended)
             processes[process] += 1
 
     threads = [threading.Thread(target=client) for _ in range(clients)]

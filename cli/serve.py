@@ -28,9 +28,9 @@ def run(cfg: ServeJob) -> None:
 
     path, _ = model_location(cfg)
     if cfg.workers == 1:
-        sock = listening_socket(cfg.host, cfg.port)
+        sock, workers_port = listening_socket(cfg.host, cfg.port), None
     else:
-        sock, port_of_workers = worker_port(cfg.host, cfg.port)
+        sock, workers_port = worker_port(cfg.host, cfg.port)
     host, port = sock.getsockname()[:2]
     root = cfg.route_prefix()
     shown = f"[{host}]" if ":" in host else host
@@ -41,12 +41,12 @@ def run(cfg: ServeJob) -> None:
                    f"(POST {root}/translate, POST {root}/v1/translate, docs at {root}/docs)", err=True)
 
     lost = 0  # workers that died while serving: their sentences are not counted
-    if cfg.workers == 1:
+    if workers_port is None:
         served = serve(cfg, lambda: sock, lambda model: announce(model.source_lang, model.target_lang))
     else:
         if not cfg.inference.threads:  # the cores shared out, as nmt-train does among its processes
             cfg.inference.threads = cores_per_process(cfg.workers)
-        pool = WorkerPool(cfg, port_of_workers, announce, lambda line: click.echo(line, err=True))
+        pool = WorkerPool(cfg, workers_port, announce, lambda line: click.echo(line, err=True))
         served, lost = pool.run(), pool.lost
     died = f", not counting those of the {lost} worker(s) that died" if lost else ""
     click.echo(f"nmt-serve: stopped after {served} sentences{died}", err=True)

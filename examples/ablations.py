@@ -45,6 +45,7 @@ from nmt.config.fields import opt
 from nmt.errors import NmtError, UsageError
 from nmt.fileio import atomic_write_text
 from nmt.hardware import bf16_is_faster, cores_per_process
+from nmt.training.preemption import STOP_LINE_START
 
 # The quickstart's model and recipe (scripts/quickstart.sh), minus its time bound and interval checkpoints.
 BASE_FLAGS = ["--arch", "transformer_tiny", "--encoder-layers", "3", "--decoder-layers", "3",
@@ -192,7 +193,7 @@ def call(argv: list[str], tag: str = "") -> str:
     return "".join(lines)
 
 
-STOPPED = re.compile(r"^nmt-train: stopped by .*$", re.MULTILINE)  # nmt.training.preemption.stop_line
+STOPPED = re.compile(f"^{re.escape(STOP_LINE_START)}.*$", re.MULTILINE)  # a preempted nmt-train's last line
 
 
 def train_to_end(argv: list[str], tag: str = "") -> None:
@@ -201,7 +202,7 @@ def train_to_end(argv: list[str], tag: str = "") -> None:
     the study again resumes it."""
     stopped = STOPPED.search(call(argv, tag))
     if stopped is not None:
-        raise NmtError(f"{stopped.group(0)}; not scored: run the same command again to resume it")
+        raise NmtError(f"{stopped.group(0)} (not scored: a run stopped before its end is not a finished one)")
 
 
 def precision_flags(precision: str) -> list[str]:

@@ -72,8 +72,6 @@ class WorkerPort:
 def worker_port(host: str, port: int) -> tuple[socket.socket, WorkerPort]:
     """(the parent's socket, how its workers listen). Where the kernel balances, the parent's socket is bound
     with SO_REUSEPORT but never listens: it holds the port (``--port 0`` picks it) while workers come and go."""
-    if not kernel_balances_ports():
-        sock = listening_socket(host, port)
-        return sock, WorkerPort(host, sock.getsockname()[1], shared=sock)
-    sock = listening_socket(host, port, reuse_port=True, listen=False)
-    return sock, WorkerPort(host, sock.getsockname()[1])
+    balanced = kernel_balances_ports()
+    sock = listening_socket(host, port, reuse_port=balanced, listen=not balanced)
+    return sock, WorkerPort(host, sock.getsockname()[1], shared=None if balanced else sock)

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Iterator
 from nmt.checkpoint.manager import LAST
 from nmt.data.work_dirs import PREEMPTION_SIGNALS, signals_handled
 
+STOP_LINE_START = "nmt-train: stopped by "  # how the line of a preempted run begins (scripts look for it)
 SCONTROL_TIMEOUT = 60  # seconds scontrol may take before the requeue counts as failed
 
 
@@ -89,7 +90,7 @@ def stop_line(stopped_by: str, num_updates: int, written: list[Path], requeue: b
     """The one line a preempted run ends with: what stopped it, what it saved, how it resumes.
     ``written``: the files of the save made at the stop; ``hint`` names the newest checkpoint when there
     are none."""
-    head = f"nmt-train: stopped by {stopped_by} after update {num_updates}"
+    head = f"{STOP_LINE_START}{stopped_by} after update {num_updates}"
     if not written:
         return f"{head}; nothing saved at this update (--no-save or --no-last-checkpoints); {hint}"
     last = next((p for p in written if p.name == LAST), None)
