@@ -46,18 +46,19 @@ def timed(totals: Totals) -> None:
                 row = totals[name + label(args)]
                 row[0] += time.perf_counter() - start
                 row[1] += 1
-                if name == "_advance":
+                if name == "_step":
                     row[2] += len(args[1].ids)
                     row[3] += args[1].window.size(1)
 
         setattr(cls, name, run)
 
     # the long outputs' batch is not visible from here: steps of 1-2 sentences are mostly its steps (and a batch's
-    # last few sentences), steps of more are the main batch's
-    wrap(BeamSearch, "_advance", lambda args: " (1-2 sentences)" if len(args[1].ids) <= 2 else " (3+ sentences)")
-    for name in ("_start", "_merge", "_split_long"):
+    # last few sentences), steps of more are the main batch's; _choose includes the reorder of the key/value cache
+    # and the merge of sentences that join
+    wrap(BeamSearch, "_step", lambda args: " (1-2 sentences)" if len(args[1].ids) <= 2 else " (3+ sentences)")
+    for name in ("_choose", "_start", "_merge", "_split_long"):
         wrap(BeamSearch, name)
-    for name in ("encode", "step", "reorder_states"):
+    for name in ("encode", "step", "reorder_states", "merge"):
         wrap(EnsembleModel, name)
 
 

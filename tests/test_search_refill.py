@@ -46,9 +46,9 @@ def run(search, ens, batches, refill: bool, monkeypatch) -> tuple[dict, int]:
     merges = []
     original = EnsembleModel.merge
 
-    def counting(self, *args):
+    def counting(self, *args, **kwargs):
         merges.append(1)
-        return original(self, *args)
+        return original(self, *args, **kwargs)
 
     monkeypatch.setattr(EnsembleModel, "merge", counting)
     out = {i: [(h.tokens.tolist(), h.score, h.positional_scores) for h in hyps]

@@ -141,14 +141,18 @@ class EnsembleModel:
             out.append(s if new is None else new)  # in-place reorder returns None
         return out
 
-    def merge(self, encs: list[Any], states: list[dict], more_encs: list[Any],
-              more_states: list[dict]) -> tuple[list[Any], list[dict]]:
+    def merge(self, encs: list[Any], states: list[dict], more_encs: list[Any], more_states: list[dict],
+              order: Optional[torch.Tensor] = None, encoder_order: Optional[torch.Tensor] = None,
+              drop_left: int = 0) -> tuple[list[Any], list[dict]]:
         """Encoder outputs and caches holding the rows of the first pair then those of the second
-        (sentences that joined later); only when ``can_merge``."""
+        (sentences that joined later); only when ``can_merge``. ``order``, ``encoder_order`` and ``drop_left``
+        reorder the first caches' rows in the same copy, as ``reorder_states`` would (``encs`` must already be in
+        ``encoder_order``'s order)."""
         from nmt.models.incremental_state import merge_incremental_states
 
         encs = [m.merge_encoder_out(a, b) for m, a, b in zip(self.models, encs, more_encs)]
-        return encs, [merge_incremental_states(a, b) for a, b in zip(states, more_states)]
+        return encs, [merge_incremental_states(a, b, order, encoder_order, drop_left)
+                      for a, b in zip(states, more_states)]
 
     def step(self, tokens: torch.Tensor, encs: list[Any], states: list[dict],
              need_attn: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:

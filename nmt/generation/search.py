@@ -156,14 +156,16 @@ class Rows:
         """(N,) tokens each row has generated."""
         return self.window.size(1) - 1 - self.pads
 
-    def merged_fields(self, other: "Rows", ens: EnsembleModel, pad: int) -> dict[str, Any]:
-        """The fields of one Rows holding these rows then ``other``'s (no attention kept)."""
+    def merged_fields(self, other: "Rows", ens: EnsembleModel, pad: int,
+                      merged: Optional[tuple[list[Any], list[dict]]] = None) -> dict[str, Any]:
+        """The fields of one Rows holding these rows then ``other``'s (no attention kept); ``merged``: the
+        encoder outputs and caches of both, when the caller has merged them already (EnsembleModel.merge)."""
         width = max(self.window.size(1), other.window.size(1))
 
         def left(x: torch.Tensor, value: float) -> torch.Tensor:
             return torch.nn.functional.pad(x, (width - x.size(1), 0), value=value)
 
-        encs, states = ens.merge(self.encs, self.states, other.encs, other.states)
+        encs, states = merged or ens.merge(self.encs, self.states, other.encs, other.states)
         return dict(encs=encs, states=states,
                     window=torch.cat([left(self.window, pad), left(other.window, pad)]),
                     scores=torch.cat([left(self.scores, 0.0), left(other.scores, 0.0)]),

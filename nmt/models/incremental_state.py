@@ -63,19 +63,29 @@ def _reorder_entry(entry: dict[str, Any], order: Tensor, drop_left: int) -> dict
     return out
 
 
-def merge_incremental_states(a: IncrementalState, b: IncrementalState) -> IncrementalState:
+def merge_incremental_states(a: IncrementalState, b: IncrementalState, order: Tensor | None = None,
+                             encoder_order: Tensor | None = None, drop_left: int = 0) -> IncrementalState:
     """One cache holding the rows of ``a`` then those of ``b``. Both must come from the same
     modules; growing entries are right-aligned (zeros before a row's own positions, which the
-    decoder masks) and encoder-side entries are right-padded with zeros to the longer source."""
+    decoder masks) and encoder-side entries are right-padded with zeros to the longer source.
+
+    ``order`` takes ``a``'s rows in that order (a beam step's reorder, done in the same copy as the merge
+    instead of a copy of its own), without their first ``drop_left`` positions; ``a``'s encoder-side rows then
+    follow ``encoder_order`` (None: they stay as they are)."""
     rows_a, rows_b = _rows(a), _rows(b)
     lengths_a = {e["length"] for k, e in a.items() if k != LEFT_PADS and "length" in e}
     lengths_b = {e["length"] for k, e in b.items() if k != LEFT_PADS and "length" in e}
     if len(lengths_a) > 1 or len(lengths_b) > 1 or set(a) - {LEFT_PADS} != set(b) - {LEFT_PADS}:
         raise ValueError("merge_incremental_states: the caches come from different decoders or steps")
-    len_a, len_b = (lengths_a or {0}).pop(), (lengths_b or {0}).pop()
+    end_a, len_b = (lengths_a or {0}).pop(), (lengths_b or {0}).pop()
+    len_a = end_a - drop_left
     length = max(len_a, len_b)
-    pads_a = _pads(a, rows_a) + (length - len_a)
+    pads_a = _pads(a, rows_a)
+    if order is not None:
+        pads_a = pads_a.index_select(0, order)
+    pads_a = pads_a - drop_left + (length - len_a)
     pads_b = _pads(b, rows_b) + (length - len_b)
+    n_a = rows_a if order is None else order.numel()
     out: IncrementalState = {LEFT_PADS: {"pads": torch.cat([pads_a, pads_b])}}
     for key, ea in a.items():
         if key == LEFT_PADS:
@@ -84,16 +94,22 @@ def merge_incremental_states(a: IncrementalState, b: IncrementalState) -> Increm
         if "length" in ea:
             merged: dict[str, Any] = {"length": length}
             for name in ("k", "v"):
-                x, y = ea[name][:, :, :len_a], eb[name][:, :, :len_b]  # (B, H, len, D)
-                B, H, _, D = x.shape
-                buf = x.new_zeros((B + y.size(0), H, length + 1, D))  # room for the next step
-                buf[:B, :, length - len_a:length] = x
-                buf[B:, :, length - len_b:length] = y
+                x, y = ea[name][:, :, drop_left:end_a], eb[name][:, :, :len_b]  # (B, H, len, D)
+                _, H, _, D = x.shape
+                buf = x.new_empty((n_a + y.size(0), H, length + 1, D))  # room for the next step
+                if order is None:
+                    buf[:n_a, :, length - len_a:length] = x
+                else:
+                    torch.index_select(x, 0, order, out=buf[:n_a, :, length - len_a:length])
+                buf[n_a:, :, length - len_b:length] = y
+                buf[:n_a, :, :length - len_a].zero_()  # positions no row of its part owns
+                buf[n_a:, :, :length - len_b].zero_()
                 merged[name] = buf
             out[key] = merged
         else:
             src = max(ea["k"].size(2), eb["k"].size(2))
-            out[key] = {name: torch.cat([_pad_time(ea[name], src), _pad_time(eb[name], src)])
+            fixed = ea if encoder_order is None else {n: ea[n].index_select(0, encoder_order) for n in ("k", "v")}
+            out[key] = {name: torch.cat([_pad_time(fixed[name], src), _pad_time(eb[name], src)])
                         for name in ("k", "v")}
     return out
 

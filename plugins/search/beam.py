@@ -16,7 +16,7 @@ hypotheses on a converted fairseq model (tests/test_import_fairseq_parity.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import torch
 
@@ -77,17 +77,12 @@ class BeamSearch(Search):
         size = 0  # sentences of the batch that started last
         since_start = 0  # steps since sentences last started
         while True:
-            running = (len(beams.ids) if beams is not None else 0) + (len(long.ids) if long is not None else 0)
-            new = queue.take(running, since_start)
-            if new is not None:
-                since_start = 0
-                ids, src_tokens, src_lengths = new
-                sources.update({i: row[:n] for i, row, n in zip(ids, src_tokens, src_lengths.tolist())})
-                size = len(ids) if beams is None else max(size, len(ids))
-                started, done = self._start(ens, ids, src_tokens, src_lengths, need_attn)
-                yield from self._forget(done, sources)
+            if beams is None:
+                started = self._take(ens, queue, long, sources, since_start, need_attn)
                 if started is not None:
-                    beams = started if beams is None else self._merge(ens, beams, started)
+                    since_start = 0
+                    beams, done, size = started
+                    yield from self._forget(done, sources)
             if beams is None and long is None:
                 if queue.empty():
                     return
@@ -102,16 +97,43 @@ class BeamSearch(Search):
                     long = old if long is None else self._merge(ens, long, old)
             since_start += 1
             if beams is not None:
-                beams, done = self._advance(ens, beams, need_attn)
+                cand, step_of = self._step(ens, beams, need_attn)
+                # Sentences waiting now start between the running rows' decoder pass and their choice, and join
+                # them in the choice's reorder of the cache: one copy of the running rows instead of two, and they
+                # take their second step with the running rows' next one, as soon as if they had joined before.
+                started = self._take(ens, queue, long, sources, since_start, need_attn, beams) if refill else None
+                joining = None
+                if started is not None:
+                    since_start = 0
+                    joining, done, _ = started
+                    yield from self._forget(done, sources)
+                beams, done = self._choose(ens, beams, cand, self._first_rows(beams), step_of, first=False,
+                                           joining=joining)
                 yield from self._forget(done, sources)
             if long is not None:
                 long, done = self._advance(ens, long, need_attn)
                 yield from self._forget(done, sources)
 
-    def _merge(self, ens: EnsembleModel, a: Beams, b: Beams) -> Beams:
-        """One Beams holding ``a``'s sentences then ``b``'s."""
-        return Beams(**a.merged_fields(b, ens, self.sp.pad), ids=a.ids + b.ids, n_done=torch.cat([a.n_done, b.n_done]),
-                     finished=a.finished + b.finished)
+    def _take(self, ens: EnsembleModel, queue: SentenceQueue, long: Optional[Beams], sources: dict[int, torch.Tensor],
+              since_start: int, need_attn: bool, beams: Optional[Beams] = None
+              ) -> Optional[tuple[Optional[Beams], list[tuple[int, list[Hypothesis]]], int]]:
+        """The sentences ``queue`` starts now, past their first step, while ``beams`` and ``long`` run: (their Beams,
+        or None if every one ended at once; those that did; how many started), or None if none starts."""
+        running = sum(len(b.ids) for b in (beams, long) if b is not None)
+        new = queue.take(running, since_start)
+        if new is None:
+            return None
+        ids, src_tokens, src_lengths = new
+        sources.update({i: row[:n] for i, row, n in zip(ids, src_tokens, src_lengths.tolist())})
+        started, done = self._start(ens, ids, src_tokens, src_lengths, need_attn)
+        return started, done, len(ids)
+
+    def _merge(self, ens: EnsembleModel, a: Beams, b: Beams,
+               merged: Optional[tuple[list[Any], list[dict]]] = None) -> Beams:
+        """One Beams holding ``a``'s sentences then ``b``'s (``merged``: their encoder outputs and caches, already
+        merged)."""
+        return Beams(**a.merged_fields(b, ens, self.sp.pad, merged), ids=a.ids + b.ids,
+                     n_done=torch.cat([a.n_done, b.n_done]), finished=a.finished + b.finished)
 
     def _split_long(self, ens: EnsembleModel, beams: Beams) -> tuple[Beams, Optional[Beams]]:
         """(the others, the sentences that have run LIVE_LONG times the median running sentence's steps, and
@@ -170,19 +192,30 @@ class BeamSearch(Search):
     def _advance(self, ens: EnsembleModel, beams: Beams,
                  need_attn: bool) -> tuple[Optional[Beams], list[tuple[int, list[Hypothesis]]]]:
         """One step of every running row."""
-        k, n = self.gen.beam, len(beams.ids)
+        cand, step_of = self._step(ens, beams, need_attn)
+        return self._choose(ens, beams, cand, self._first_rows(beams), step_of, first=False)
+
+    def _step(self, ens: EnsembleModel, beams: Beams, need_attn: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decoder pass of every running row: each sentence's candidate scores (n, k*V) and the tokens each
+        row (N,) had generated before it."""
         lprobs, step_attn = ens.step(beams.window, beams.encs, beams.states, need_attn)  # (N, V)
         step_of = beams.steps()  # (N,) tokens each row generated before this one
         self.apply_rules(lprobs, step_of, beams.window[:, 1:], beams.row_max)
         beams.add_attention(step_attn)
-        cand = lprobs.add_(beams.scores[:, -1:]).view(n, -1)  # (n, k*V), in place
-        return self._choose(ens, beams, cand, torch.arange(n).unsqueeze(1) * k, step_of, first=False)
+        return lprobs.add_(beams.scores[:, -1:]).view(len(beams.ids), -1), step_of  # (n, k*V), in place
+
+    def _first_rows(self, beams: Beams) -> torch.Tensor:
+        """(n, 1) each sentence's first row."""
+        return torch.arange(len(beams.ids)).unsqueeze(1) * self.gen.beam
 
     def _choose(self, ens: EnsembleModel, beams: Beams, cand: torch.Tensor, first_row: torch.Tensor,
-                step_of: torch.Tensor, first: bool) -> tuple[Optional[Beams], list[tuple[int, list[Hypothesis]]]]:
+                step_of: torch.Tensor, first: bool, joining: Optional[Beams] = None
+                ) -> tuple[Optional[Beams], list[tuple[int, list[Hypothesis]]]]:
         """From the candidate scores ``cand`` (n, width*V) of each sentence (its rows from
         ``first_row`` (n, 1) on; ``step_of`` (N,) tokens each row generated so far), finalise the eos
-        ones and keep the k best others as new beams."""
+        ones and keep the k best others as new beams; ``joining``'s sentences follow them. Reordering the
+        cache copies every row, so ``joining`` is merged in that same copy (a merge of its own would copy
+        every running row again)."""
         sp, k = self.sp, self.gen.beam
         n, vocab = cand.size(0), cand.size(1) if first else cand.size(1) // k
         width = min(2 * k, cand.size(1))
@@ -203,7 +236,7 @@ class BeamSearch(Search):
         leaving = torch.nonzero(done).squeeze(1).tolist()
         results = [(beams.ids[i], self._best(beams.finished[i])) for i in leaving]
         if len(leaving) == n:
-            return None, results
+            return joining, results
 
         # The beam best non-eos candidates continue (at most k of the 2k are eos).
         live_scores = cand_scores.masked_fill(is_eos, NEG_INF)  # (n, 2k)
@@ -223,19 +256,24 @@ class BeamSearch(Search):
         if first:  # one row per sentence so far: each becomes its k beams
             states = ens.reorder_states(beams.states, rows, keep_encoder=share)
             encs = beams.encs if share else ens.reorder_encoder(beams.encs, rows)
-        elif not leaving:  # beams re-ranked within their sentences
-            states = ens.reorder_states(beams.states, rows, keep_encoder=True)
-            encs = beams.encs
-        else:  # sentences left: the encoder output and its cache lose their rows
-            enc_rows = kept if share else self._rows_of(kept)
-            states = ens.reorder_states(beams.states, rows, encoder_order=enc_rows, drop_left=drop)
-            encs = ens.reorder_encoder(beams.encs, enc_rows)
+        else:  # beams re-ranked within their sentences; when sentences left, the encoder side loses their rows
+            enc_rows = None if not leaving else kept if share else self._rows_of(kept)
+            encs = beams.encs if enc_rows is None else ens.reorder_encoder(beams.encs, enc_rows)
+            if joining is None:
+                states = ens.reorder_states(beams.states, rows, encoder_order=enc_rows, keep_encoder=enc_rows is None,
+                                            drop_left=drop)
+            else:
+                merged = ens.merge(encs, beams.states, joining.encs, joining.states, order=rows,
+                                   encoder_order=enc_rows, drop_left=drop)
+                states = []  # the kept rows' own cache is never built: ``merged`` holds it
         fields = beams.extended_fields(rows, tokens.view(-1), scores.view(-1), drop, encs, states)
         if not leaving:
-            return Beams(**fields, ids=beams.ids, n_done=beams.n_done, finished=beams.finished), results
-        kept_list = kept.tolist()
-        return Beams(**fields, ids=[beams.ids[i] for i in kept_list], n_done=beams.n_done[keep],
-                     finished=[beams.finished[i] for i in kept_list]), results
+            kept_beams = Beams(**fields, ids=beams.ids, n_done=beams.n_done, finished=beams.finished)
+        else:
+            kept_list = kept.tolist()
+            kept_beams = Beams(**fields, ids=[beams.ids[i] for i in kept_list], n_done=beams.n_done[keep],
+                               finished=[beams.finished[i] for i in kept_list])
+        return (kept_beams if joining is None else self._merge(ens, kept_beams, joining, merged)), results
 
     def _best(self, hyps: list[Hypothesis]) -> list[Hypothesis]:
         return sorted(hyps, key=lambda x: -x.score)[: self.gen.nbest]
