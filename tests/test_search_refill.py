@@ -77,11 +77,12 @@ def test_greedy_with_refill_equals_batch_by_batch(setup, monkeypatch, models):
     assert_same(refilled, alone)
 
 
-def test_beam_with_refill_equals_batch_by_batch(setup, monkeypatch):
+@pytest.mark.parametrize("models", [1, 2])
+def test_beam_with_refill_equals_batch_by_batch(setup, monkeypatch, models):
     """Beam search does not refill by default (slower on the CPU, see BeamSearch.refill), but
-    merging beams must stay correct: sentences of several ages share one cache."""
+    merging beams must stay correct: sentences of several ages share one cache (each member's own)."""
     data, batches, paths = setup
-    ens = load_ensemble(paths[0], data.src_dict, data.tgt_dict)
+    ens = load_ensemble(":".join(paths[:models]), data.src_dict, data.tgt_dict)
     search = build_search(GenerationConfig(beam=3, nbest=3, max_len_a=1.5, max_len_b=3), data.tgt_dict)
     assert type(search).refill is False
     alone, _ = run(search, ens, batches, refill=True, monkeypatch=monkeypatch)
