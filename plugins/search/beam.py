@@ -98,9 +98,9 @@ class BeamSearch(Search):
             since_start += 1
             if beams is not None:
                 cand, step_of = self._step(ens, beams, need_attn)
-                # Sentences waiting now start between the running rows' decoder pass and their choice, and join
-                # them in the choice's reorder of the cache: one copy of the running rows instead of two, and they
-                # take their second step with the running rows' next one, as soon as if they had joined before.
+                # Sentences waiting now start (their first step) between the running rows' decoder pass and their
+                # choice, and join them in the choice's reorder of the cache: one copy of the running rows instead
+                # of two. Their second step is the running rows' next one, as when they joined before this step.
                 started = self._take(ens, queue, long, sources, since_start, need_attn, beams) if refill else None
                 joining = None
                 if started is not None:
