@@ -40,14 +40,16 @@ def setup(tmp_path_factory):
     return data, batches, paths
 
 
-def run(search, ens, batches, refill: bool, monkeypatch) -> tuple[dict, int]:
-    """{sentence id: [(tokens, score, positional scores)]} and how many merges happened."""
-    monkeypatch.setattr(search_module, "REFILL_AT", 0.5 if refill else 0.0)
-    merges = []
+def run(search, ens, batches, refill: bool, monkeypatch, refill_at: float = 0.5,
+        merges: list | None = None) -> tuple[dict, int]:
+    """{sentence id: [(tokens, score, positional scores)]} and how many merges happened (each merge's keyword
+    arguments are appended to ``merges`` when given)."""
+    monkeypatch.setattr(search_module, "REFILL_AT", refill_at if refill else 0.0)
+    merges = [] if merges is None else merges
     original = EnsembleModel.merge
 
     def counting(self, *args, **kwargs):
-        merges.append(1)
+        merges.append(kwargs)
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(EnsembleModel, "merge", counting)
@@ -89,6 +91,20 @@ def test_beam_with_refill_equals_batch_by_batch(setup, monkeypatch, models):
     monkeypatch.setattr(type(search), "refill", True)
     refilled, merges = run(search, ens, batches, refill=True, monkeypatch=monkeypatch)
     assert merges > 0
+    assert_same(refilled, alone)
+
+
+def test_beam_sentences_join_in_the_step_where_others_leave(setup, monkeypatch):
+    """Refilling whenever a sentence has left, sentences start in steps where others finish: the reorder that
+    drops the finished ones' rows (and their encoder side) merges the new ones in the same copy."""
+    data, batches, paths = setup
+    ens = load_ensemble(paths[0], data.src_dict, data.tgt_dict)
+    search = build_search(GenerationConfig(beam=3, nbest=3, max_len_a=1.5, max_len_b=3), data.tgt_dict)
+    alone, _ = run(search, ens, batches, refill=False, monkeypatch=monkeypatch)
+    monkeypatch.setattr(type(search), "refill", True)
+    merges: list = []
+    refilled, _ = run(search, ens, batches, refill=True, monkeypatch=monkeypatch, refill_at=1.0, merges=merges)
+    assert any(m.get("encoder_order") is not None for m in merges)  # joined where others left
     assert_same(refilled, alone)
 
 
