@@ -1,8 +1,9 @@
 """The best Multi30k en-de recipe for a training-time budget, chosen on the validation set only.
 
-Every candidate is the quickstart's recipe (examples/ablations.py BASE_FLAGS, warmup 500, --max-tokens
-4096) with a few flags changed. Each trains for --minutes of training time (nmt-train --stop-time-hours),
-saving a checkpoint every 50 updates (the last 20 kept), and is scored on the valid split with beam 5:
+Every candidate is fairseq's reference recipe, the quickstart's until 2026-11-26 (examples/ablations.py BASE_FLAGS,
+warmup 500, --max-tokens 4096; the quickstart now takes tokens_1024's batches) with a few flags changed. Each
+trains for --minutes of training time (nmt-train --stop-time-hours), saving a checkpoint every 50 updates
+(the last 20 kept), and is scored on the valid split with beam 5:
 checkpoint_best.pt, the average of the last 5 interval checkpoints (250 updates) and that of the last 20
 (1,000 updates), each with every --lenpens length penalty. The `ensemble` candidate trains two models for
 half the time each (seeds 1 and 2) and decodes them together, against one model trained for the whole
@@ -60,6 +61,8 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "learned_positions": ("--positional", "learned"),
     "dropout_0.2": ("--dropout", "0.2"),
     "label_smoothing_0.2": ("--label-smoothing", "0.2"),
+    "tokens_512": ("--max-tokens", "512"),
+    "tokens_1024": ("--max-tokens", "1024"),
     "tokens_2048": ("--max-tokens", "2048"),
     "tokens_8192": ("--max-tokens", "8192"),
     "tiny_4x128": TINY_4X128,
