@@ -108,7 +108,7 @@ def merge_incremental_states(a: IncrementalState, b: IncrementalState, order: Te
             out[key] = merged
         else:
             src = max(ea["k"].size(2), eb["k"].size(2))
-            fixed = ea if encoder_order is None else {n: ea[n].index_select(0, encoder_order) for n in ("k", "v")}
+            fixed = ea if encoder_order is None else _reorder_entry(ea, encoder_order, 0)
             out[key] = {name: torch.cat([_pad_time(fixed[name], src), _pad_time(eb[name], src)])
                         for name in ("k", "v")}
     return out
