@@ -7,7 +7,7 @@ trains for --minutes of training time (nmt-train --stop-time-hours), saving a ch
 checkpoint_best.pt, the average of the last 5 interval checkpoints (250 updates) and that of the last 20
 (1,000 updates), each with every --lenpens length penalty. The `ensemble` candidate trains two models for
 half the time each (seeds 1 and 2) and decodes them together, against one model trained for the whole
-time; `ensemble_side_by_side` trains the two at the same time, each for the whole time on half the cores
+time (`ensemble_tokens_1024` the same with the quickstart's batches); `ensemble_side_by_side` trains the two at the same time, each for the whole time on half the cores
 (the same budget of cores x time: a small model uses two cores poorly, so each gets more than half the
 updates of a model trained alone). With --test, the best (candidate, checkpoint, length penalty) on valid
 is translated on the test split once, and only that one.
@@ -65,6 +65,7 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "tokens_1024": ("--max-tokens", "1024"),
     "tokens_2048": ("--max-tokens", "2048"),
     "tokens_8192": ("--max-tokens", "8192"),
+    "ensemble_tokens_1024": ("--max-tokens", "1024"),
     "tiny_4x128": TINY_4X128,
     "tiny_4x128_side_by_side": TINY_4X128,
 }
@@ -91,7 +92,8 @@ class RecipeJob:
 
 
 # the ensembles: (the share of the time each of the two models trains, whether they train at the same time)
-ENSEMBLES: dict[str, tuple[float, bool]] = {"ensemble": (0.5, False), "ensemble_side_by_side": (1.0, True),
+ENSEMBLES: dict[str, tuple[float, bool]] = {"ensemble": (0.5, False), "ensemble_tokens_1024": (0.5, False),
+                                            "ensemble_side_by_side": (1.0, True),
                                             "tiny_4x128_side_by_side": (1.0, True)}
 
 
