@@ -7,10 +7,10 @@ trains for --minutes of training time (nmt-train --stop-time-hours), saving a ch
 checkpoint_best.pt, the average of the last 5 interval checkpoints (250 updates) and that of the last 20
 (1,000 updates), each with every --lenpens length penalty. The `ensemble` candidate trains two models for
 half the time each (seeds 1 and 2) and decodes them together, against one model trained for the whole
-time (`ensemble_tokens_1024` the same with the quickstart's batches); `ensemble_side_by_side` trains the two at the same time, each for the whole time on half the cores
-(the same budget of cores x time: a small model uses two cores poorly, so each gets more than half the
-updates of a model trained alone). With --test, the best (candidate, checkpoint, length penalty) on valid
-is translated on the test split once, and only that one.
+time (`ensemble_tokens_1024` the same with the quickstart's batches); `ensemble_side_by_side` trains the two
+at the same time, each for the whole time on half the cores (the same budget of cores x time: a small model
+uses two cores poorly, so each gets more than half the updates of a model trained alone). With --test, the
+best (candidate, checkpoint, length penalty) on valid is translated on the test split once, and only that one.
 
 Runs are kept in results.json as they finish, with table.md beside it, in --record-dir (default OUT_DIR; a
 folder in git outlives the machine the checkpoints are on); a rerun skips them (scoring their checkpoints with
@@ -58,6 +58,8 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "lr_2e-3": ("--lr", "2e-3"),
     "warmup_250": ("--warmup-updates", "250"),
     "pre_norm_lr_2e-3": ("--encoder-normalize-before", "--decoder-normalize-before", "--lr", "2e-3"),
+    "pre_norm_lr_2e-3_tokens_1024": ("--encoder-normalize-before", "--decoder-normalize-before", "--lr", "2e-3",
+                                     "--max-tokens", "1024"),
     "learned_positions": ("--positional", "learned"),
     "dropout_0.2": ("--dropout", "0.2"),
     "label_smoothing_0.2": ("--label-smoothing", "0.2"),
