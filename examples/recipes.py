@@ -50,6 +50,8 @@ KEEP = max(AVERAGES.values())  # interval checkpoints kept
 TINY_4X128 = ("--encoder-layers", "4", "--decoder-layers", "4", "--encoder-embed-dim", "128", "--decoder-embed-dim",
               "128", "--encoder-ffn-embed-dim", "256", "--decoder-ffn-embed-dim", "256", "--lr", "5e-3",
               "--warmup-updates", "2000")
+PRE_NORM_LR_2E3 = ("--encoder-normalize-before", "--decoder-normalize-before", "--lr", "2e-3")
+TOKENS_1024 = ("--max-tokens", "1024")  # the quickstart's batches since 2026-11-26
 # name -> the flags that change the quickstart's recipe (the ensembles: two models, see ENSEMBLES)
 CANDIDATES: dict[str, tuple[str, ...]] = {
     "quickstart": (),
@@ -57,17 +59,16 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "ensemble_side_by_side": (),
     "lr_2e-3": ("--lr", "2e-3"),
     "warmup_250": ("--warmup-updates", "250"),
-    "pre_norm_lr_2e-3": ("--encoder-normalize-before", "--decoder-normalize-before", "--lr", "2e-3"),
-    "pre_norm_lr_2e-3_tokens_1024": ("--encoder-normalize-before", "--decoder-normalize-before", "--lr", "2e-3",
-                                     "--max-tokens", "1024"),
+    "pre_norm_lr_2e-3": PRE_NORM_LR_2E3,
+    "pre_norm_lr_2e-3_tokens_1024": (*PRE_NORM_LR_2E3, *TOKENS_1024),
     "learned_positions": ("--positional", "learned"),
     "dropout_0.2": ("--dropout", "0.2"),
     "label_smoothing_0.2": ("--label-smoothing", "0.2"),
     "tokens_512": ("--max-tokens", "512"),
-    "tokens_1024": ("--max-tokens", "1024"),
+    "tokens_1024": TOKENS_1024,
     "tokens_2048": ("--max-tokens", "2048"),
     "tokens_8192": ("--max-tokens", "8192"),
-    "ensemble_tokens_1024": ("--max-tokens", "1024"),
+    "ensemble_tokens_1024": TOKENS_1024,
     "tiny_4x128": TINY_4X128,
     "tiny_4x128_side_by_side": TINY_4X128,
 }
