@@ -10,7 +10,8 @@ half the time each (seeds 1 and 2) and decodes them together, against one model 
 time (`ensemble_tokens_1024` the same with the quickstart's batches); `ensemble_side_by_side` trains the two
 at the same time, each for the whole time on half the cores (the same budget of cores x time: a small model
 uses two cores poorly, so each gets more than half the updates of a model trained alone). With --test, the
-best (candidate, checkpoint, length penalty) on valid is translated on the test split once, and only that one.
+best (candidate, checkpoint, length penalty) on valid is translated on the test split once; a candidate that wins
+on valid later has its own test translated, the earlier one kept beside it in the record.
 
 Runs are kept in results.json as they finish, with table.md beside it, in --record-dir (default OUT_DIR; a
 folder in git outlives the machine the checkpoints are on); a rerun skips them (scoring their checkpoints with
@@ -212,13 +213,44 @@ def markdown(table: Table, names: list[str], lenpens: list[str]) -> str:
     if chosen:
         text += (f"\nChosen on valid: {chosen['candidate']} ({chosen['setting']}, valid BLEU "
                  f"{chosen['valid_bleu']:.2f}); test BLEU {chosen['test_bleu']:.2f}.\n")
+    n = 1
+    while earlier := table.get(earlier_test_key(n)):
+        text += (f"Chosen before {'it' if n == 1 else 'that'}: {earlier['candidate']} ({earlier['setting']}, "
+                 f"valid BLEU {earlier['valid_bleu']:.2f}); test BLEU {earlier['test_bleu']:.2f}.\n")
+        n += 1
     return text
+
+
+def translate_test(job: RecipeJob, table: Table, names: list[str]) -> None:
+    """Translate the test split with the best setting on valid, unless the record's test is of that setting
+    already. A test made for an earlier best (a candidate run later won on valid) stays in the record as
+    test_earlier (then test_earlier_2, ...): every look at the test split is kept."""
+    name, setting, score = best_setting(table, names)
+    done = table.get("test")
+    if done is not None and (done["candidate"], done["setting"]) == (name, setting):
+        return
+    kind, lenpen = setting.split("/lenpen ")
+    paths = [Path(p) for p in table.get(name)["checkpoints"][kind]]  # type: ignore[index]
+    if not all(p.is_file() for p in paths):
+        raise NmtError(f"--test: the checkpoints of the best setting on valid ({name}, {setting}) are gone "
+                       f"({paths[0]}); train {name} again (remove its run from {table.path}) to test it")
+    test_bleu = bleu(job, paths, job.test_subset, lenpen, Path(job.out_dir) / name / f"test-{kind}-{lenpen}")
+    if done is not None:
+        key = next(k for n in range(1, len(table.runs) + 2) if table.get(k := earlier_test_key(n)) is None)
+        table.add(key, {**done, "variant": key})
+    table.add("test", {"variant": "test", "seed": 1, "candidate": name, "setting": setting, "valid_bleu": score,
+                       "test_bleu": test_bleu})
+
+
+def earlier_test_key(n: int) -> str:
+    """The record's key of the n-th test superseded by a later best on valid."""
+    return "test_earlier" if n == 1 else f"test_earlier_{n}"
 
 
 def run(job: RecipeJob) -> None:
     names = chosen("--candidates", job.candidates, CANDIDATES, job.data)
     lenpens = [p.strip() for p in job.lenpens.split(",") if p.strip()]
-    out, record_dir = Path(job.out_dir), Path(job.record_dir or job.out_dir)
+    record_dir = Path(job.record_dir or job.out_dir)
     settings = {"data": job.data, "minutes": job.minutes, "bf16": bool(precision_flags(job.precision)),
                 "train_args": job.train_args}
     table = Table(record_dir / "results.json", settings)
@@ -230,15 +262,8 @@ def run(job: RecipeJob) -> None:
             table.add(name, record)
         else:
             click.echo(f"== {name}: already in {table.path}, skipped")
-    if job.test and table.get("test") is None:
-        name, setting, score = best_setting(table, names)
-        kind, lenpen = setting.split("/lenpen ")
-        paths = [Path(p) for p in table.get(name)["checkpoints"][kind]]  # type: ignore[index]
-        if not all(p.is_file() for p in paths):
-            raise NmtError(f"--test: the checkpoints of the best setting on valid ({name}, {setting}) are gone "
-                           f"({paths[0]}); train {name} again (remove its run from {table.path}) to test it")
-        table.add("test", {"variant": "test", "seed": 1, "candidate": name, "setting": setting, "valid_bleu": score,
-                           "test_bleu": bleu(job, paths, job.test_subset, lenpen, out / name / "test")})
+    if job.test:
+        translate_test(job, table, names)
     text = markdown(table, names, lenpens)
     atomic_write_text(record_dir / "table.md", text)
     click.echo(f"\n{text}\nwritten to {record_dir / 'table.md'} (figures and commands in {table.path})")

@@ -1,5 +1,6 @@
 """scripts/quickstart.sh, the README's main job, run end to end on a tiny slice of Multi30k and a
-tiny model: every step announces itself, a BLEU line is printed, and a rerun reuses every step."""
+tiny model: every step announces itself, the recipe comes from examples/multi30k_cpu.yaml (the flags after
+`--` above it), a BLEU line is printed, and a rerun reuses every step."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from tests.shared_paths import MULTI30K
 
@@ -52,6 +54,9 @@ def test_quickstart_end_to_end_then_rerun_reuses_everything(tmp_path):
         assert f"== {n}/6 " in first.stdout
     save = work / "checkpoints" / "multi30k_en_de"
     assert (save / "checkpoint_best.pt").is_file() and (save / "train_log.jsonl").is_file()
+    cfg = OmegaConf.load(save / "config.yaml")  # the recipe's values where the flags after -- leave them
+    assert cfg.model.encoder_normalize_before and cfg.model.decoder_normalize_before and cfg.model.dropout == 0.3
+    assert (cfg.optimization.lr, cfg.model.encoder_layers, cfg.task.max_tokens) == (0.002, 1, 512)
     chosen = Path((save / "quickstart_model.txt").read_text().strip())
     assert chosen.name in ("checkpoint_best.pt", "checkpoint_avg.pt")
     assert (save / "checkpoint_avg.pt").is_file()  # 6 update checkpoints were written, the last 5 averaged

@@ -1,7 +1,7 @@
 """examples/recipes.py on a toy task: candidates trained for a time budget, scored on valid (best checkpoint
 and the average of the last ones, per length penalty), ensembles of two models (half the time each, or
-side by side on half the cores), the best setting
-on valid translated on the test split once, a rerun that trains nothing, and one with another length penalty
+side by side on half the cores), the best setting on valid translated on the test split once (and a
+later best's too, the earlier kept), a rerun that trains nothing, and one with another length penalty
 that only scores the kept checkpoints."""
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
     winner = max(scores, key=lambda name: max(scores[name].values()))
     assert runs["test"]["valid_bleu"] == max(scores[winner].values()) and runs["test"]["candidate"] == winner
     assert runs["test"]["setting"] == max(scores[winner], key=scores[winner].get)
-    assert (out / runs["test"]["candidate"] / "test" / "generate-valid.txt").is_file()
+    kind, lenpen = runs["test"]["setting"].split("/lenpen ")
+    assert (out / winner / f"test-{kind}-{lenpen}" / "generate-valid.txt").is_file()
     table = (out / "table.md").read_text()
     assert "| ensemble | (quickstart) | 12 + 12 |" in table and f"Chosen on valid: {winner} (" in table
 
@@ -65,6 +66,22 @@ def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
     assert set(rescored["ensemble"]["valid_bleu"]) == set(runs["ensemble"]["valid_bleu"]) | {
         "best/lenpen 1.4", "average/lenpen 1.4", "wide_average/lenpen 1.4"}
     assert rescored["ensemble"]["valid_bleu"]["best/lenpen 1.0"] == runs["ensemble"]["valid_bleu"]["best/lenpen 1.0"]
+
+    # a later best on valid (the other candidate's, made so by hand): --test translates it, the earlier test stays
+    loser = ({"ensemble", "ensemble_side_by_side"} - {winner}).pop()
+    rescored[loser]["valid_bleu"]["best/lenpen 1.4"] = 99.0
+    results = json.loads((out / "results.json").read_text())
+    (out / "results.json").write_text(json.dumps({**results, "runs": rescored}))
+    capsys.readouterr()
+    assert call(module, more) == 0
+    commands = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")]
+    assert [c.rsplit("/", 1)[-1] for c in commands] == ["nmt-generate"]  # the new best only
+    after = json.loads((out / "results.json").read_text())["runs"]
+    assert (after["test"]["candidate"], after["test"]["setting"], after["test"]["valid_bleu"]) == (
+        loser, "best/lenpen 1.4", 99.0)
+    assert after["test_earlier"] == {**runs["test"], "variant": "test_earlier"}
+    assert (out / loser / "test-best-1.4" / "generate-valid.txt").is_file()
+    assert f"Chosen before it: {winner} ({runs['test']['setting']}," in (out / "table.md").read_text()
 
 
 @pytest.mark.parametrize("found, spans", [(1, {}), (3, {"average": 3}), (5, {"average": 5}),
