@@ -213,19 +213,18 @@ def markdown(table: Table, names: list[str], lenpens: list[str]) -> str:
     if chosen:
         text += (f"\nChosen on valid: {chosen['candidate']} ({chosen['setting']}, valid BLEU "
                  f"{chosen['valid_bleu']:.2f}); test BLEU {chosen['test_bleu']:.2f}.\n")
-    n = 1
-    while earlier := table.get(earlier_test_key(n)):
+    for n, earlier in enumerate(earlier_tests(table), 1):
         text += (f"Chosen before {'it' if n == 1 else 'that'}: {earlier['candidate']} ({earlier['setting']}, "
                  f"valid BLEU {earlier['valid_bleu']:.2f}); test BLEU {earlier['test_bleu']:.2f}.\n")
-        n += 1
     return text
 
 
-def translate_test(job: RecipeJob, table: Table, names: list[str]) -> None:
-    """Translate the test split with the best setting on valid, unless the record's test is of that setting
-    already. A test made for an earlier best (a candidate run later won on valid) stays in the record as
-    test_earlier (then test_earlier_2, ...): every look at the test split is kept."""
-    name, setting, score = best_setting(table, names)
+def translate_test(job: RecipeJob, table: Table) -> None:
+    """Translate the test split with the best setting on valid of every candidate in the record (not only
+    those of this --candidates), unless the record's test is of that setting already. A test made for an
+    earlier best (a candidate run later won on valid) stays in the record as test_earlier (then
+    test_earlier_2, ...): every look at the test split is kept."""
+    name, setting, score = best_setting(table, [key for key in table.runs if key in CANDIDATES])
     done = table.get("test")
     if done is not None and (done["candidate"], done["setting"]) == (name, setting):
         return
@@ -236,7 +235,7 @@ def translate_test(job: RecipeJob, table: Table, names: list[str]) -> None:
                        f"({paths[0]}); train {name} again (remove its run from {table.path}) to test it")
     test_bleu = bleu(job, paths, job.test_subset, lenpen, Path(job.out_dir) / name / f"test-{kind}-{lenpen}")
     if done is not None:
-        key = next(k for n in range(1, len(table.runs) + 2) if table.get(k := earlier_test_key(n)) is None)
+        key = earlier_test_key(len(earlier_tests(table)) + 1)
         table.add(key, {**done, "variant": key})
     table.add("test", {"variant": "test", "seed": 1, "candidate": name, "setting": setting, "valid_bleu": score,
                        "test_bleu": test_bleu})
@@ -245,6 +244,14 @@ def translate_test(job: RecipeJob, table: Table, names: list[str]) -> None:
 def earlier_test_key(n: int) -> str:
     """The record's key of the n-th test superseded by a later best on valid."""
     return "test_earlier" if n == 1 else f"test_earlier_{n}"
+
+
+def earlier_tests(table: Table) -> list[dict[str, Any]]:
+    """The superseded tests, oldest first."""
+    found = []
+    while (earlier := table.get(earlier_test_key(len(found) + 1))) is not None:
+        found.append(earlier)
+    return found
 
 
 def run(job: RecipeJob) -> None:
@@ -263,7 +270,7 @@ def run(job: RecipeJob) -> None:
         else:
             click.echo(f"== {name}: already in {table.path}, skipped")
     if job.test:
-        translate_test(job, table, names)
+        translate_test(job, table)
     text = markdown(table, names, lenpens)
     atomic_write_text(record_dir / "table.md", text)
     click.echo(f"\n{text}\nwritten to {record_dir / 'table.md'} (figures and commands in {table.path})")

@@ -82,6 +82,12 @@ def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
     assert after["test_earlier"] == {**runs["test"], "variant": "test_earlier"}
     assert (out / loser / "test-best-1.4" / "generate-valid.txt").is_file()
     assert f"Chosen before it: {winner} ({runs['test']['setting']}," in (out / "table.md").read_text()
+    earlier_only = [str(a) for a in more]
+    earlier_only[earlier_only.index("ensemble,ensemble_side_by_side")] = winner
+    capsys.readouterr()
+    assert call(module, earlier_only) == 0  # the best of the whole record is tested already, not the best of these
+    assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")]
+    assert json.loads((out / "results.json").read_text())["runs"] == after
 
 
 @pytest.mark.parametrize("found, spans", [(1, {}), (3, {"average": 3}), (5, {"average": 5}),
