@@ -62,6 +62,8 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "warmup_250": ("--warmup-updates", "250"),
     "pre_norm_lr_2e-3": PRE_NORM_LR_2E3,
     "pre_norm_lr_2e-3_tokens_1024": (*PRE_NORM_LR_2E3, *TOKENS_1024),
+    "pre_norm_lr_2e-3_tokens_1024_dropout_0.2": (*PRE_NORM_LR_2E3, *TOKENS_1024, "--dropout", "0.2"),
+    "pre_norm_lr_2e-3_tokens_1024_dropout_0.1": (*PRE_NORM_LR_2E3, *TOKENS_1024, "--dropout", "0.1"),
     "learned_positions": ("--positional", "learned"),
     "dropout_0.2": ("--dropout", "0.2"),
     "label_smoothing_0.2": ("--label-smoothing", "0.2"),
@@ -213,7 +215,7 @@ def markdown(table: Table, names: list[str], lenpens: list[str]) -> str:
     if chosen:
         text += (f"\nChosen on valid: {chosen['candidate']} ({chosen['setting']}, valid BLEU "
                  f"{chosen['valid_bleu']:.2f}); test BLEU {chosen['test_bleu']:.2f}.\n")
-    for n, earlier in enumerate(earlier_tests(table), 1):
+    for n, earlier in enumerate(reversed(earlier_tests(table)), 1):  # the latest first
         text += (f"Chosen before {'it' if n == 1 else 'that'}: {earlier['candidate']} ({earlier['setting']}, "
                  f"valid BLEU {earlier['valid_bleu']:.2f}); test BLEU {earlier['test_bleu']:.2f}.\n")
     return text

@@ -55,7 +55,7 @@ def test_quickstart_end_to_end_then_rerun_reuses_everything(tmp_path):
     save = work / "checkpoints" / "multi30k_en_de"
     assert (save / "checkpoint_best.pt").is_file() and (save / "train_log.jsonl").is_file()
     cfg = OmegaConf.load(save / "config.yaml")  # the recipe's values where the flags after -- leave them
-    assert cfg.model.encoder_normalize_before and cfg.model.decoder_normalize_before and cfg.model.dropout == 0.3
+    assert cfg.model.encoder_normalize_before and cfg.model.decoder_normalize_before and cfg.model.dropout == 0.2
     assert (cfg.optimization.lr, cfg.model.encoder_layers, cfg.task.max_tokens) == (0.002, 1, 512)
     chosen = Path((save / "quickstart_model.txt").read_text().strip())
     assert chosen.name in ("checkpoint_best.pt", "checkpoint_avg.pt")
