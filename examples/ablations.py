@@ -48,8 +48,9 @@ from nmt.hardware import bf16_is_faster, cores_per_process
 from nmt.training.preemption import STOP_LINE_START
 
 # The quickstart's model and recipe (scripts/quickstart.sh) as it was when the study began, minus its time bound and
-# interval checkpoints: the quickstart has since (2026-11-26) taken 1,024-token batches, pre-norm and lr 2e-3; the
-# study keeps post-norm, lr 1e-3 and AblationJob.max_tokens (4,096), so that its rows stay comparable.
+# interval checkpoints: the quickstart has since (2026-11-26) taken 1,024-token batches, pre-norm, lr 2e-3 and dropout
+# 0.2; the study keeps post-norm, lr 1e-3, dropout 0.3 and AblationJob.max_tokens (4,096), so that its rows stay
+# comparable.
 BASE_FLAGS = ["--arch", "transformer_tiny", "--encoder-layers", "3", "--decoder-layers", "3",
               "--encoder-embed-dim", "256", "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024",
               "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",

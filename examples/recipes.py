@@ -1,11 +1,11 @@
 """The best Multi30k en-de recipe for a training-time budget, chosen on the validation set only.
 
 Every candidate is fairseq's reference recipe, the quickstart's until 2026-11-26 (examples/ablations.py BASE_FLAGS,
-warmup 500, --max-tokens 4096; the quickstart now trains pre_norm_lr_2e-3_tokens_1024, examples/multi30k_cpu.yaml)
-with a few flags changed. Each trains for --minutes of training time (nmt-train --stop-time-hours), saving a
-checkpoint every 50 updates (the last 20 kept), and is scored on the valid split with beam 5: checkpoint_best.pt,
-the average of the last 5 interval checkpoints (250 updates) and that of the last 20 (1,000 updates), each with
-every --lenpens length penalty. The `ensemble` candidate trains two models for
+warmup 500, --max-tokens 4096; the quickstart now trains pre_norm_lr_2e-3_tokens_1024_dropout_0.2's recipe,
+examples/multi30k_cpu.yaml) with a few flags changed. Each trains for --minutes of training time (nmt-train
+--stop-time-hours), saving a checkpoint every 50 updates (the last 20 kept), and is scored on the valid split with
+beam 5: checkpoint_best.pt, the average of the last 5 interval checkpoints (250 updates) and that of the last 20
+(1,000 updates), each with every --lenpens length penalty. The `ensemble` candidate trains two models for
 half the time each (seeds 1 and 2) and decodes them together, against one model trained for the whole
 time (`ensemble_tokens_1024` the same with the quickstart's batches); `ensemble_side_by_side` trains the two
 at the same time, each for the whole time on half the cores (the same budget of cores x time: a small model
