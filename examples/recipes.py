@@ -213,12 +213,16 @@ def markdown(table: Table, names: list[str], lenpens: list[str]) -> str:
     text = head + "".join(rows)
     chosen = table.get("test")
     if chosen:
-        text += (f"\nChosen on valid: {chosen['candidate']} ({chosen['setting']}, valid BLEU "
-                 f"{chosen['valid_bleu']:.2f}); test BLEU {chosen['test_bleu']:.2f}.\n")
+        text += f"\nChosen on valid: {tested(chosen)}\n"
     for n, earlier in enumerate(reversed(earlier_tests(table)), 1):  # the latest first
-        text += (f"Chosen before {'it' if n == 1 else 'that'}: {earlier['candidate']} ({earlier['setting']}, "
-                 f"valid BLEU {earlier['valid_bleu']:.2f}); test BLEU {earlier['test_bleu']:.2f}.\n")
+        text += f"Chosen before {'it' if n == 1 else 'that'}: {tested(earlier)}\n"
     return text
+
+
+def tested(test: dict[str, Any]) -> str:
+    """A test record as table.md says it: what was chosen, its valid and test BLEU."""
+    return (f"{test['candidate']} ({test['setting']}, valid BLEU {test['valid_bleu']:.2f}); "
+            f"test BLEU {test['test_bleu']:.2f}.")
 
 
 def translate_test(job: RecipeJob, table: Table) -> None:

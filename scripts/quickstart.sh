@@ -60,7 +60,7 @@ RECIPE="$(cd "$(dirname "$0")/.." && pwd)/examples/multi30k_cpu.yaml"
 TRAIN=(nmt-train "$BIN" --config "$RECIPE" "${PRECISION[@]}"
   --stop-time-hours "$HOURS" --save-dir "$SAVE" --no-epoch-checkpoints
   --save-interval-updates "$SAVE_EVERY" --keep-interval-updates 5 --log-interval 50 "${EXTRA[@]}")
-DONE="$SAVE/quickstart_train.done"   # the command of a finished training run
+DONE="$SAVE/quickstart_train.done"   # names the finished training run ($RUN below)
 step "3/6 train for $MINUTES minutes into $SAVE"
 RUN="${TRAIN[*]} # recipe $(cksum < "$RECIPE")"   # what a finished run is recognised by: command and recipe
 if [ -f "$DONE" ] && [ "$(cat "$DONE")" = "$RUN" ]; then
