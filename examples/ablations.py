@@ -467,6 +467,12 @@ def _threads(record: dict[str, Any]) -> str:
     return f"{found.group(1)} thr" if found else "all cores"
 
 
+def recorded(table: Table) -> list[str]:
+    """The variants the record has runs of, in VARIANTS' order: table.md shows them all, whatever this run's
+    --variants."""
+    return [name for name in VARIANTS if table.seeds_of(name)]
+
+
 def markdown(table: Table, names: list[str], gen_subset: str, bleu_p: Optional[dict[str, float]] = None) -> str:
     """The table of every measured variant of ``names`` and a line per Table 3 row on the paper's conclusion
     (``bleu_p``: each variation's paired-bootstrap p-value against the base, where its hypotheses were kept)."""
@@ -530,6 +536,14 @@ def wanted(job: AblationJob, table: Table, names: list[str]) -> list[tuple[str, 
     return out
 
 
+def write_table(job: AblationJob, table: Table, record: Path) -> str:
+    """Write RECORD/table.md from every run in the record (whatever this run's --variants); returns its text."""
+    shown = recorded(table)
+    text = markdown(table, shown, job.gen_subset, bleu_p_values(job, table, shown))
+    atomic_write_text(record / "table.md", text)
+    return text
+
+
 def run(job: AblationJob) -> None:
     names = plan(job)
     settings = {"data": job.data, "max_update": job.max_update, "patience": job.patience,
@@ -565,12 +579,10 @@ def run(job: AblationJob) -> None:
                     failed = failed or future.exception()
                     continue
                 table.add(key, future.result())
-                atomic_write_text(record / "table.md", markdown(table, names, job.gen_subset,
-                                                             bleu_p_values(job, table, names)))
+                write_table(job, table, record)
     if failed is not None:
         raise failed
-    text = markdown(table, names, job.gen_subset, bleu_p_values(job, table, names))
-    atomic_write_text(record / "table.md", text)
+    text = write_table(job, table, record)
     click.echo(f"\n{text}\nwritten to {record / 'table.md'} (figures and commands in {table.path})")
 
 

@@ -53,6 +53,10 @@ TINY_4X128 = ("--encoder-layers", "4", "--decoder-layers", "4", "--encoder-embed
               "--warmup-updates", "2000")
 PRE_NORM_LR_2E3 = ("--encoder-normalize-before", "--decoder-normalize-before", "--lr", "2e-3")
 TOKENS_1024 = ("--max-tokens", "1024")  # the quickstart's batches since 2026-11-26 (examples/multi30k_cpu.yaml)
+QUICKSTART_CPU = (*PRE_NORM_LR_2E3, *TOKENS_1024, "--dropout", "0.2")  # examples/multi30k_cpu.yaml's recipe
+# a half-cosine from the peak to 0 that ends when a 30-minute budget does on the 2-core Xeon without AMX (7,358 updates
+# of QUICKSTART_CPU there): the learning rate anneals within the budget, where inverse_sqrt is still at 0.26x the peak
+COSINE_30MIN = ("--lr-scheduler", "cosine", "--lr-period-updates", "6800")
 # name -> the flags that change the quickstart's recipe (the ensembles: two models, see ENSEMBLES)
 CANDIDATES: dict[str, tuple[str, ...]] = {
     "quickstart": (),
@@ -62,7 +66,8 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "warmup_250": ("--warmup-updates", "250"),
     "pre_norm_lr_2e-3": PRE_NORM_LR_2E3,
     "pre_norm_lr_2e-3_tokens_1024": (*PRE_NORM_LR_2E3, *TOKENS_1024),
-    "pre_norm_lr_2e-3_tokens_1024_dropout_0.2": (*PRE_NORM_LR_2E3, *TOKENS_1024, "--dropout", "0.2"),
+    "pre_norm_lr_2e-3_tokens_1024_dropout_0.2": QUICKSTART_CPU,
+    "pre_norm_lr_2e-3_tokens_1024_dropout_0.2_cosine_6800": (*QUICKSTART_CPU, *COSINE_30MIN),
     "pre_norm_lr_2e-3_tokens_1024_dropout_0.1": (*PRE_NORM_LR_2E3, *TOKENS_1024, "--dropout", "0.1"),
     "learned_positions": ("--positional", "learned"),
     "dropout_0.2": ("--dropout", "0.2"),
@@ -192,22 +197,29 @@ def _updates(save: Path) -> int:
     return int(load_checkpoint(save / "checkpoint_last.pt")["training"]["num_updates"])
 
 
-def best_setting(table: Table, names: list[str]) -> tuple[str, str, float]:
-    """(candidate, "checkpoint/lenpen", valid BLEU) of the best scored setting."""
-    found = [(name, setting, score) for name in names if (r := table.get(name))
-             for setting, score in r["valid_bleu"].items()]
+def candidates_run(table: Table) -> list[str]:
+    """The candidates in the record, in the order they were run (whatever this run's --candidates)."""
+    return [key for key in table.runs if key in CANDIDATES]
+
+
+def best_setting(table: Table) -> tuple[str, str, float]:
+    """(candidate, "checkpoint/lenpen", valid BLEU) of the best scored setting in the record."""
+    found = [(name, setting, score) for name in candidates_run(table)
+             for setting, score in table.runs[name]["valid_bleu"].items()]
     return max(found, key=lambda f: f[2])
 
 
-def markdown(table: Table, names: list[str], lenpens: list[str]) -> str:
+def markdown(table: Table) -> str:
+    """table.md: every candidate of the record, in the order they were run, with every setting any of them was
+    scored with (so a rerun with fewer --candidates or --lenpens writes the same table), then the tests."""
+    names = candidates_run(table)
+    lenpens = sorted({s.split("/lenpen ")[1] for name in names for s in table.runs[name]["valid_bleu"]}, key=float)
     settings = [f"{kind}/lenpen {p}" for kind in ("best", *AVERAGES) for p in lenpens]
     head = ("| candidate | flags | updates | " + " | ".join(f"valid BLEU {s}" for s in settings) + " |\n"
             + "|---|---|---:|" + "---:|" * len(settings) + "\n")
     rows = []
     for name in names:
-        r = table.get(name)
-        if r is None:
-            continue
+        r = table.runs[name]
         cells = " | ".join(f"{r['valid_bleu'][s]:.2f}" if s in r["valid_bleu"] else "-" for s in settings)
         rows.append(f"| {name} | {r['flags'] or '(quickstart)'} | {' + '.join(map(str, r['updates']))} | {cells} |\n")
     text = head + "".join(rows)
@@ -230,7 +242,7 @@ def translate_test(job: RecipeJob, table: Table) -> None:
     those of this --candidates), unless the record's test is of that setting already. A test made for an
     earlier best (a candidate run later won on valid) stays in the record as test_earlier (then
     test_earlier_2, ...): every look at the test split is kept."""
-    name, setting, score = best_setting(table, [key for key in table.runs if key in CANDIDATES])
+    name, setting, score = best_setting(table)
     done = table.get("test")
     if done is not None and (done["candidate"], done["setting"]) == (name, setting):
         return
@@ -277,7 +289,7 @@ def run(job: RecipeJob) -> None:
             click.echo(f"== {name}: already in {table.path}, skipped")
     if job.test:
         translate_test(job, table)
-    text = markdown(table, names, lenpens)
+    text = markdown(table)
     atomic_write_text(record_dir / "table.md", text)
     click.echo(f"\n{text}\nwritten to {record_dir / 'table.md'} (figures and commands in {table.path})")
 

@@ -88,6 +88,9 @@ def test_second_seeds_follow_a_complete_base_with_two_jobs(tmp_path, monkeypatch
     assert sorted(started[2:4]) == ["heads_1/seed1", "heads_8/seed1"] and len(started) == 5
     runs = json.loads((tmp_path / "runs" / "results.json").read_text())["runs"]
     assert set(runs) == set(started)
+    table = (tmp_path / "runs" / "table.md").read_text()
+    assert call(module, [*argv[:2], "heads_8", *argv[3:]]) == 0  # a piece of the study: the table stays whole
+    assert (tmp_path / "runs" / "table.md").read_text() == table and "| heads_1 |" in table
 
 
 def test_a_failed_run_keeps_the_others_and_starts_no_new_one(tmp_path, monkeypatch, capsys):

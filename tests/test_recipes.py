@@ -84,10 +84,14 @@ def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
     assert f"Chosen before it: {winner} ({runs['test']['setting']}," in (out / "table.md").read_text()
     earlier_only = [str(a) for a in more]
     earlier_only[earlier_only.index("ensemble,ensemble_side_by_side")] = winner
+    earlier_only[earlier_only.index("0.6,1.0,1.4")] = "1.0"
+    table = (out / "table.md").read_text()
     capsys.readouterr()
     assert call(module, earlier_only) == 0  # the best of the whole record is tested already, not the best of these
     assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")]
     assert json.loads((out / "results.json").read_text())["runs"] == after
+    # table.md is the record's: every candidate and length penalty in it, whatever this rerun named
+    assert (out / "table.md").read_text() == table and f"| {loser} |" in table and "wide_average/lenpen 1.4" in table
 
 
 @pytest.mark.parametrize("found, spans", [(1, {}), (3, {"average": 3}), (5, {"average": 5}),
