@@ -57,7 +57,7 @@ QUICKSTART_CPU = (*PRE_NORM_LR_2E3, *TOKENS_1024, "--dropout", "0.2")  # example
 # a half-cosine from the peak to 0 that ends when a 30-minute budget does on the 2-core Xeon without AMX (7,358 updates
 # of QUICKSTART_CPU there): the learning rate anneals within the budget, where inverse_sqrt is still at 0.26x the peak
 COSINE_30MIN = ("--lr-scheduler", "cosine", "--lr-period-updates", "6800")
-COSINE_15MIN = ("--lr-scheduler", "cosine", "--lr-period-updates", "3100")  # the same for 15 minutes (3,695 updates)
+COSINE_15MIN = ("--lr-scheduler", "cosine", "--lr-period-updates", "3100")  # the same for 15 minutes (3,695 there)
 # name -> the flags that change the quickstart's recipe (the ensembles: two models, see ENSEMBLES)
 CANDIDATES: dict[str, tuple[str, ...]] = {
     "quickstart": (),
