@@ -15,6 +15,10 @@ taken from the log lines as they arrive:
 
 then the process is stopped. Peak memory is the process tree's RSS sampled every 50 ms until then.
 
+A third runner, *floor* (``startup_floor.py``), takes its turn beside them: a stock ``torch.nn.Transformer``
+of the same shape with ``torch.optim.Adam`` and a random batch of 4,096 tokens, no data-bin at all. It is
+what any PyTorch trainer pays before its first update on this machine, so a goal below it cannot be met.
+
 The data-bins come from ``preprocess_vs_fairseq.py`` (``WORK/nmt-bin`` and ``WORK/fairseq-bin``):
 
     python benchmarks/train_startup_vs_fairseq.py --work /tmp/pp5m [--repeats 2]
@@ -41,7 +45,8 @@ SHAPE = ["--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim"
          "(0.9,0.98)", "--lr", "5e-4", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "4000",
          "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "4096",
          "--dropout", "0.1", "--seed", "1", "--log-interval", "1"]
-READY = {"nmt": "batches per epoch per rank", "fairseq": "Start iterating over samples"}
+READY = {"nmt": "batches per epoch per rank", "fairseq": "Start iterating over samples",
+         "floor": "batches per epoch per rank"}
 FIRST_UPDATE = "num_updates=1,"
 
 
@@ -75,7 +80,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
     work, venv = Path(args.work), Path(args.fairseq_venv)
-    runs: dict[str, list[tuple[float, float, float]]] = {"nmt": [], "fairseq": []}
+    runs: dict[str, list[tuple[float, float, float]]] = {"nmt": [], "fairseq": [], "floor": []}
     with tempfile.TemporaryDirectory() as tmp:
         tools = {
             "nmt": ([sys.executable, "-m", "nmt.cli.train", str(work / "nmt-bin"), "--arch", "transformer_tiny",
@@ -83,6 +88,7 @@ def main() -> None:
             "fairseq": ([str(venv / "bin" / "fairseq-train"), str(work / "fairseq-bin"), "--arch", "transformer",
                          *SHAPE, "--cpu", "--log-format", "simple", "--save-dir", f"{tmp}/fairseq", "--no-save",
                          "--disable-validation"], {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}),
+            "floor": ([sys.executable, str(Path(__file__).with_name("startup_floor.py"))], dict(os.environ)),
         }
         for _ in range(args.repeats):  # taking turns: a noisy machine hits both alike
             for name, (cmd, env) in tools.items():
@@ -94,9 +100,11 @@ def main() -> None:
            for name, rs in runs.items()}
     for name, (ready, first, mb) in med.items():
         print(f"{name:<8} median: ready {ready:6.1f} s, first update {first:6.1f} s; peak {mb:6.0f} MB")
-    (nr, nf, nm), (fr, ff, fm) = med["nmt"], med["fairseq"]
+    (nr, nf, nm), (fr, ff, fm), (lr, lf, _) = med["nmt"], med["fairseq"], med["floor"]
     print(f"nmt / fairseq: ready {nr / fr:.2f}x, first update {nf / ff:.2f}x (goal <= 0.33), "
           f"peak memory {nm / fm:.2f}x (goal <= 1)")
+    print(f"floor / fairseq's first update: built {lr / ff:.2f}x (Python, import torch, the model, torch.optim.Adam), "
+          f"first update {lf / ff:.2f}x (a stock torch.nn.Transformer, no data)")
 
 
 if __name__ == "__main__":
