@@ -5,8 +5,8 @@ fairseq reference shape, with no data to read, no framework and no checks.
 times can be read against what Python, ``import torch``, ``torch.optim``'s own import of ``torch._dynamo``
 (its ``Optimizer`` methods are wrapped in ``torch._disable_dynamo``, which imports it on the first call) and
 one first forward and backward cost on this machine before any data is touched. It prints the two marker
-lines that script reads (``... batches per epoch per rank`` once the model and optimizer are built,
-``num_updates=1,`` after the first update) and where the time went.
+lines that script reads (``startup_floor: built`` once the model and optimizer are built, ``num_updates=1,``
+after the first update) and where the time went.
 
     python benchmarks/startup_floor.py [--optimizer adam|none]
 """
@@ -36,7 +36,7 @@ def main() -> None:
     params = [*embed.parameters(), *model.parameters()]
     optimizer = torch.optim.Adam(params, lr=5e-4, betas=(0.9, 0.98), fused=True) if args.optimizer == "adam" else None
     built = time.perf_counter()
-    print("startup_floor: model built, 1 batches per epoch per rank", flush=True)
+    print("startup_floor: built", flush=True)
     src, tgt = torch.randint(VOCAB, (BATCH, LENGTH)), torch.randint(VOCAB, (BATCH, LENGTH))
     mask = torch.nn.Transformer.generate_square_subsequent_mask(LENGTH)
     features = model(embed(src), embed(tgt), tgt_mask=mask)

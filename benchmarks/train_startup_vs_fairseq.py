@@ -46,7 +46,7 @@ SHAPE = ["--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim"
          "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "4096",
          "--dropout", "0.1", "--seed", "1", "--log-interval", "1"]
 READY = {"nmt": "batches per epoch per rank", "fairseq": "Start iterating over samples",
-         "floor": "batches per epoch per rank"}
+         "floor": "startup_floor: built"}
 FIRST_UPDATE = "num_updates=1,"
 
 
@@ -90,7 +90,7 @@ def main() -> None:
                          "--disable-validation"], {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}),
             "floor": ([sys.executable, str(Path(__file__).with_name("startup_floor.py"))], dict(os.environ)),
         }
-        for _ in range(args.repeats):  # taking turns: a noisy machine hits both alike
+        for _ in range(args.repeats):  # taking turns: a noisy machine hits every runner alike
             for name, (cmd, env) in tools.items():
                 ready, first, mb = until_first_update(cmd, env, READY[name])
                 runs[name].append((ready, first, mb))
