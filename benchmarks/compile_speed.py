@@ -4,7 +4,9 @@ Each pass prints its sentences/s: with --compile the first passes compile the de
 of step they meet), and the last shows the compiled search's speed. Then the last pass's BLEU (sacreBLEU,
 detokenized) and how many of its translations equal the first pass's. Run it once with and once without
 --compile, taking turns, on a quiet machine (nothing else on the cores: OpenMP threads that lose their core slow
-down many times over).
+down many times over). With --compile it also prints where the compiling time went (dynamo's own phase timers:
+tracing, AOTAutograd, inductor) and what the on-disk caches gave (hits, misses, bypasses), which says how much a
+second process would save.
 
     python benchmarks/compile_speed.py --bf16 --beam 1 --compile          # the peer fairseq model, imported
     python benchmarks/compile_speed.py --bf16 --beam 1
@@ -62,6 +64,33 @@ def main(model: str | None, beam: int, batch_size: int, threads: int, bf16: bool
         bleu = sacrebleu.corpus_bleu(outputs[-1], [read(REFERENCE)])
         same = sum(a == b for a, b in zip(outputs[0], outputs[-1]))
         print(f"last pass: BLEU {bleu.score:.2f}; {same}/{len(sources)} translations as the first pass's")
+        if compile_step:
+            print(compile_cost())
+
+
+# dynamo's phase timers worth showing (seconds summed over every compiled variant), and the counters of its caches
+COMPILE_PHASES = {"_compile.compile_inner": "all of it",
+                  "OutputGraph.call_user_compiler": "backend, all (AOTAutograd + inductor)",
+                  "aot_collect_metadata": "AOTAutograd: tracing the graph for metadata",
+                  "compile_fx_inner": "inductor: lowering, code generation, C++ build",
+                  "PyCodeCache.load_by_key_path": "loading the generated modules",
+                  "build_guards": "guards"}
+CACHE_COUNTERS = ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass", "autograd_cache_hit",
+                  "autograd_cache_miss", "autograd_cache_bypass", "unique_graphs")
+
+
+def compile_cost() -> str:
+    """One line per phase of torch.compile's work in this process, and its caches' counters."""
+    from torch._dynamo.utils import compile_times, counters
+
+    names, seconds = compile_times(repr="csv", aggregate=True)
+    spent = dict(zip(names, seconds))
+    lines = [f"compiling: {name} ({label}) {float(spent[name]):.1f} s" for name, label in COMPILE_PHASES.items()
+             if name in spent]
+    found = {k: v for group in ("stats", "inductor", "aot_autograd") for k, v in counters[group].items()
+             if k in CACHE_COUNTERS}
+    lines.append("compiled graphs and caches: " + ", ".join(f"{k} {v}" for k, v in sorted(found.items())))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
