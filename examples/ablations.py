@@ -25,6 +25,7 @@ checkpoint_last.pt, so the table can be run in pieces (e.g. --variants heads_1,h
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -32,10 +33,11 @@ import subprocess
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import click
 
@@ -292,6 +294,23 @@ def run_once(job: AblationJob, name: str, seed: int) -> dict[str, Any]:
             "generate_command": shlex.join(["nmt-generate", *generate[1:]])}
 
 
+@contextmanager
+def locked_folder(folder: Path) -> Iterator[None]:
+    """An exclusive lock on ``folder`` (flock on its descriptor) while the block runs; no lock where flock is not
+    available."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
 class Table:
     """The finished runs of a study (OUT_DIR/results.json: the settings they were made with, and a record per
     run). examples/recipes.py keeps its runs in one too."""
@@ -309,9 +328,15 @@ class Table:
         return self.runs.get(key)
 
     def add(self, key: str, record: dict[str, Any]) -> None:
-        """Keep ``record`` under ``key`` and write the file at once (an interrupted study keeps it)."""
-        self.runs[key] = record
-        atomic_write_text(self.path, json.dumps({"settings": self.settings, "runs": self.runs}, indent=2) + "\n")
+        """Keep ``record`` under ``key`` and write the file at once (an interrupted study keeps it). The runs another
+        study added to the file since it was read are kept too: two studies of other --variants may share a record
+        (the file is read again and written under a lock on its folder)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with locked_folder(self.path.parent):
+            if self.path.is_file():
+                self.runs = {**json.loads(self.path.read_text(encoding="utf-8"))["runs"], **self.runs}
+            self.runs[key] = record
+            atomic_write_text(self.path, json.dumps({"settings": self.settings, "runs": self.runs}, indent=2) + "\n")
 
     def seeds_of(self, name: str) -> list[dict[str, Any]]:
         return sorted((r for r in self.runs.values() if r["variant"] == name), key=lambda r: r["seed"])

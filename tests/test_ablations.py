@@ -116,6 +116,19 @@ def table_of(module, tmp_path, records: list[dict]):
     return table
 
 
+def test_two_studies_sharing_a_record_keep_each_others_runs(tmp_path):
+    """Two drivers of other --variants on one record: each read the file before the other's run finished."""
+    module = load_script("ablations")
+    first = module.Table(tmp_path / "results.json", {"max_update": 1000})
+    second = module.Table(tmp_path / "results.json", {"max_update": 1000})
+    first.add("ls_0/seed1", record("ls_0", 1, 6.3, 37.8))
+    second.add("dropout_0.1/seed1", record("dropout_0.1", 1, 5.9, 38.0))
+    first.add("ls_0/seed2", record("ls_0", 2, 6.2, 37.5))
+    saved = json.loads((tmp_path / "results.json").read_text())["runs"]
+    assert sorted(saved) == ["dropout_0.1/seed1", "ls_0/seed1", "ls_0/seed2"]
+    assert sorted(first.runs) == sorted(saved)
+
+
 def test_comparison_uses_the_base_seed_spread(tmp_path):
     module = load_script("ablations")
     base = [record("base", 1, 10.0, 35.0), record("base", 2, 10.4, 35.6)]  # spread: ppl 0.4, BLEU 0.6
