@@ -24,6 +24,7 @@ checkpoint_last.pt, so the table can be run in pieces (e.g. --variants heads_1,h
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -296,13 +297,8 @@ def run_once(job: AblationJob, name: str, seed: int) -> dict[str, Any]:
 
 @contextmanager
 def locked_folder(folder: Path) -> Iterator[None]:
-    """An exclusive lock on ``folder`` (flock on its descriptor) while the block runs; no lock where flock is not
-    available."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX
-        yield
-        return
+    """An exclusive lock on ``folder`` (flock on its descriptor) while the block runs; it waits for another holder
+    (nmt.checkpoint.save_dir's lock refuses instead, so it does not serve here)."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -329,12 +325,13 @@ class Table:
 
     def add(self, key: str, record: dict[str, Any]) -> None:
         """Keep ``record`` under ``key`` and write the file at once (an interrupted study keeps it). The runs another
-        study added to the file since it was read are kept too: two studies of other --variants may share a record
-        (the file is read again and written under a lock on its folder)."""
+        study added to the file since it was read are kept too, and the file's version of a run wins over the copy
+        read at the start (a note added by hand stays): two studies of other --variants may share a record (the file
+        is read again and written under a lock on its folder)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with locked_folder(self.path.parent):
             if self.path.is_file():
-                self.runs = {**json.loads(self.path.read_text(encoding="utf-8"))["runs"], **self.runs}
+                self.runs = {**self.runs, **json.loads(self.path.read_text(encoding="utf-8"))["runs"]}
             self.runs[key] = record
             atomic_write_text(self.path, json.dumps({"settings": self.settings, "runs": self.runs}, indent=2) + "\n")
 
