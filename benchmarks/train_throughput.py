@@ -7,6 +7,12 @@ this 2-core CPU): 3+3 layers, d 256, FFN 1024, 4 heads, shared embeddings, dropo
 adam (0.9, 0.98), lr 5e-4, inverse_sqrt warmup 4000, label smoothing 0.1, --max-tokens 4096.
 
     python benchmarks/train_throughput.py [--data data-bin/multi30k_en_de] [--updates 60] [--warmup 5]
+        [--profile N]
+
+``--profile N`` then runs N more of nmt's updates per mode, once as they are and once under torch's profiler,
+and prints the share of their time in matrix products, the products' rate against one large product of the same
+dtype on this CPU, and the wps nmt would reach if everything but its products took no time: how far removing
+the rest alone could take it.
 
 The data-bin comes from ``scripts/quickstart.sh --from ../shared/data/multi30k``.
 """
@@ -137,6 +143,55 @@ def measure(steps: dict[str, Callable[[dict[str, Any]], Any]], batches: Iterator
     return {name: tokens[name] / seconds[name] for name in steps}
 
 
+PRODUCT_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
+SHARES = (("matrix products", lambda n: n in PRODUCT_OPS),  # the first that matches an operator's name
+          ("copies and casts", lambda n: n in {"aten::copy_", "aten::_to_copy", "aten::cat", "aten::index_select"}),
+          ("dropout's random bits", lambda n: n in {"aten::random_", "aten::bernoulli_", "aten::uniform_"}),
+          ("other operators", lambda n: True))
+
+
+def large_product_rate(dtype: torch.dtype, size: int = 2048) -> float:
+    """GFLOP/s of one (size x size) @ (size x size) product in ``dtype``: what this CPU gives a product that
+    is large enough to run at its best."""
+    a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
+    a @ b
+    start, reps = time.perf_counter(), 5
+    for _ in range(reps):
+        a @ b
+    return 2 * size ** 3 * reps / (time.perf_counter() - start) / 1e9
+
+
+def profile_updates(step: Callable[[dict[str, Any]], Any], batches: Iterator[dict[str, Any]], updates: int,
+                    dtype: torch.dtype) -> None:
+    """Print how much of ``updates`` updates' time their matrix products take (the profiler's self times and FLOP
+    counts), at what rate, and the rest's split. The block runs once unprofiled first, which is the time the
+    shares are of: the profiler's own allocations make the heap fault pages back in (measured: 0 page faults per 4
+    updates unprofiled, ~200k profiled), which inflates the copies' time under it, not the products'."""
+    from torch.profiler import profile
+
+    block = [next(batches) for _ in range(updates)]
+    tokens = sum(int(sample["ntokens"]) for sample in block)
+    start = time.perf_counter()
+    for sample in block:
+        step(sample)
+    wall = time.perf_counter() - start
+    with profile(with_flops=True) as prof:
+        for sample in block:
+            step(sample)
+    seconds: dict[str, float] = {}
+    flops = 0
+    for e in prof.key_averages():
+        name = next(label for label, matches in SHARES if matches(e.key))
+        seconds[name] = seconds.get(name, 0.0) + e.self_cpu_time_total / 1e6
+        flops += e.flops if e.key in PRODUCT_OPS else 0
+    products = seconds.pop("matrix products", 0.0)
+    rate, best = flops / products / 1e9, large_product_rate(dtype)
+    print(f"  {updates} updates, {wall:.2f} s: matrix products {products:.2f} s ({products / wall:.0%}) at {rate:.0f} "
+          f"GFLOP/s, {rate / best:.0%} of a 2048^3 {str(dtype).split('.')[-1]} product's {best:.0f} here; the rest "
+          f"{wall - products:.2f} s (profiled: " + ", ".join(f"{name} {t:.2f} s" for name, t in seconds.items())
+          + f"). With the rest at no cost: {tokens / products:,.0f} wps", flush=True)
+
+
 @click.command(help=__doc__)
 @click.option("--data", default="data-bin/multi30k_en_de", show_default=True)
 @click.option("--updates", default=60, show_default=True, help="Timed updates per measurement.")
@@ -144,7 +199,8 @@ def measure(steps: dict[str, Callable[[dict[str, Any]], Any]], batches: Iterator
 @click.option("--modes", default="fp32,bf16", show_default=True)
 @click.option("--rounds", default=4, show_default=True, help="Interleaved blocks the updates are split into.")
 @click.option("--no-stock", is_flag=True, help="Skip the nn.Transformer anchor.")
-def main(data: str, updates: int, warmup: int, modes: str, rounds: int, no_stock: bool) -> None:
+@click.option("--profile", "profiled", default=0, show_default=True, help="Then profile this many of nmt's updates.")
+def main(data: str, updates: int, warmup: int, modes: str, rounds: int, no_stock: bool, profiled: int) -> None:
     data = Path(data)
     if not (data / "metadata.json").is_file():
         sys.exit(f"train_throughput.py: {data} is not a data-bin; run scripts/quickstart.sh "
@@ -158,9 +214,12 @@ def main(data: str, updates: int, warmup: int, modes: str, rounds: int, no_stock
         steps = {"nmt": lambda s, t=run.trainer: t.train_step([s])}
         if not no_stock:
             steps["stock"] = stock_step_fn(len(run.data.tgt_dict), run.data.tgt_dict.pad(), bf16)
-        wps = measure(steps, batches_forever(run), warmup, updates, rounds)
+        batches = batches_forever(run)
+        wps = measure(steps, batches, warmup, updates, rounds)
         rows.append((mode, wps["nmt"], wps.get("stock")))
         print(f"{mode}: " + ", ".join(f"{k} {v:,.0f} wps" for k, v in wps.items()), flush=True)
+        if profiled:
+            profile_updates(steps["nmt"], batches, profiled, torch.bfloat16 if bf16 else torch.float32)
     print(f"\nthreads {torch.get_num_threads()}, {updates} timed updates after {warmup} warm-up, "
           f"--max-tokens 4096; fairseq 0.12 fp32 reference {FAIRSEQ_FP32_WPS:,} wps (quiet machine)")
     print("'quiet est.' = nmt/stock x the stock model's quiet-machine fp32 figure (1,840 wps): a load-independent")
