@@ -127,3 +127,55 @@ def test_plain_shares_the_parameters():
     plain = layer.plain()
     assert type(plain) is torch.nn.Linear and plain.weight is layer.weight and plain.bias is layer.bias
     assert BucketedLinear(6, 3, bias=False).plain().bias is None
+
+
+needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
+
+
+@needs_onednn
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("rows", [1, 5, 33, 100, 640])
+def test_packed_bf16_weights_give_f_linears_results_bit_for_bit(rows, bias):
+    torch.manual_seed(rows)
+    layer = BucketedLinear(64, 48, bias=bias).to(torch.bfloat16)
+    x = torch.randn(rows, 64).to(torch.bfloat16)
+    with torch.inference_mode():
+        plain = layer(x)
+        assert layer.pack()
+        packed = layer(x)
+        batched = layer(x.view(1, rows, 64))  # leading dimensions are kept
+    assert torch.equal(packed, plain)
+    assert batched.shape == (1, rows, 48) and torch.equal(batched[0], plain)
+
+
+@needs_onednn
+def test_packed_weights_serve_inference_only():
+    layer = BucketedLinear(16, 8).to(torch.bfloat16)
+    assert layer.pack()
+    x = torch.randn(5, 16).to(torch.bfloat16)
+    layer(x).float().sum().backward()  # gradients enabled: the layer's own weight, which autograd can follow
+    assert layer.weight.grad is not None
+    assert BucketedLinear(16, 8).pack() is False  # fp32 weights are not packed
+
+
+@needs_onednn
+def test_a_packed_bf16_model_decodes_the_same_with_the_same_state_dict():
+    from nmt.generation.inference import pack_linear_layers
+    from nmt.models.row_buckets import PackedProjection
+
+    cfg = dict(encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_layers=2, encoder_attention_heads=2,
+               decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=2, decoder_attention_heads=2,
+               dropout=0.0, max_source_positions=64, max_target_positions=64)
+    torch.manual_seed(0)
+    model = build_model(cfg, FakeDict(50), FakeDict(50)).eval().to(torch.bfloat16)
+    g = torch.Generator().manual_seed(3)
+    src, prev = torch.randint(4, 50, (3, 7), generator=g), torch.randint(4, 50, (3, 9), generator=g)
+    keys = set(model.state_dict())
+    with torch.inference_mode():
+        plain = model(src, None, prev)
+        pack_linear_layers(model)
+        packed = model(src, None, prev)
+    assert isinstance(model.decoder.output_projection, PackedProjection)
+    assert sum(isinstance(m, BucketedLinear) and m.packed is not None for m in model.modules()) > 0
+    assert set(model.state_dict()) == keys
+    assert torch.equal(packed, plain)
