@@ -37,7 +37,8 @@ from torch.autograd.profiler_util import FunctionEvent
 
 SCOPES = ("encoder", "decoder step", "search")
 PRODUCTS = {"aten::addmm", "aten::mm", "aten::linear", "aten::matmul", "aten::mkldnn_linear",
-            "quantized::linear_dynamic", "quantized::linear_dynamic_fp16", "aten::_mkldnn_linear"}
+            "quantized::linear_dynamic", "quantized::linear_dynamic_fp16", "aten::_mkldnn_linear",
+            "mkldnn::_linear_pointwise"}  # the last: --bf16's packed weights
 CATEGORIES: list[tuple[str, Callable[[str], bool]]] = [
     ("attention products", lambda n: n in {"aten::bmm", "aten::baddbmm", "aten::_scaled_dot_product_attention_math",
                                            "aten::_scaled_dot_product_flash_attention_for_cpu"}),
@@ -148,7 +149,7 @@ def main() -> None:
             wall[event.name] += event.cpu_time_total
             continue
         scope = scope_of(event)
-        if scope is not None and event.name.startswith(("aten::", "quantized::")):
+        if scope is not None and event.name.startswith(("aten::", "quantized::", "mkldnn::")):
             self_time[(scope, category(event, vocab))] += event.self_cpu_time_total
     # "search" is the whole; the search's own work is what the two inner scopes leave of it.
     own = {"encoder": wall["encoder"], "decoder step": wall["decoder step"],
