@@ -168,3 +168,59 @@ def test_bad_options_are_refused():
         build_search(GenerationConfig(beam=2, nbest=3), SPECIALS)
     with pytest.raises(ConfigError, match="unknown search"):
         build_search(GenerationConfig(search={"name": "bean"}), SPECIALS)
+
+
+class CountingModel(TableModel):
+    """Emits token 4 until a row has as many tokens as its source (eos and all), then eos. ``endless``: never
+    eos, and every step asserts that no row is fed more tokens than its source's length (its limit in the test)."""
+
+    def __init__(self, endless: bool = False):
+        super().__init__({})
+        self.endless = endless
+
+    def encoder(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor) -> dict:
+        return {"len": src_lengths.clone()}
+
+    def decoder(self, prev: torch.Tensor, enc: dict, incremental_state: dict | None = None) -> torch.Tensor:
+        self._check_and_extend(prev, incremental_state)
+        generated = prev.size(1) - 1
+        assert not self.endless or generated <= int(enc["len"].min()), "a row was decoded past its length limit"
+        logits = torch.full((prev.size(0), 16), -1e9)
+        done = (enc["len"] <= generated) & (not self.endless)
+        logits[:, 4] = torch.where(done, -1e9, 0.0)
+        logits[:, EOS] = torch.where(done, 0.0, -1e9)
+        return logits.unsqueeze(1)  # (N, 1, V)
+
+
+def reorders_while(monkeypatch, share: float, model, src, lengths, **options) -> tuple[list, int]:
+    """The greedy search's hypotheses (tokens) with ``FINISHED_SHARE`` at ``share``, and its cache reorders."""
+    import nmt.generation.path_search as path_search
+
+    monkeypatch.setattr(path_search, "FINISHED_SHARE", share)
+    calls = []
+    original = EnsembleModel.reorder_states
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(EnsembleModel, "reorder_states", counted)
+    hyps = run(model, src, lengths, beam=1, **options)
+    return [h[0].tokens.tolist() for h in hyps], len(calls)
+
+
+def test_finished_rows_leave_the_batch_in_groups(monkeypatch):
+    src, lengths = batch([[5] * n for n in range(16)])  # row i ends after i + 1 tokens of 4, one row per step
+    at_once, copies_at_once = reorders_while(monkeypatch, 0.0, CountingModel(), src, lengths)
+    grouped, copies_grouped = reorders_while(monkeypatch, 1 / 8, CountingModel(), src, lengths)
+    assert grouped == at_once == [[4] * (n + 1) + [EOS] for n in range(16)]
+    assert copies_at_once == 15  # every step but the last, whose row is the last one
+    assert copies_grouped == 11  # two rows at a time while there are more than 8 (16 -> 8: 4 copies), then one
+
+
+def test_a_finished_row_leaves_at_once_at_its_length_limit(monkeypatch):
+    """Even when finished rows may wait (FINISHED_SHARE 1), one that another step would take past its limit
+    leaves: the model fails if a row is fed more tokens than its limit (its source length here)."""
+    src, lengths = batch([[5] * n for n in (0, 3, 6)])
+    hyps, _ = reorders_while(monkeypatch, 1.0, CountingModel(endless=True), src, lengths, max_len_a=1, max_len_b=0)
+    assert hyps == [[4] * n + [EOS] for n in (1, 4, 7)]

@@ -129,6 +129,13 @@ class AttentionBase(nn.Module):
     # size head_dim. Off unless a plugin says so: one written for a single head size may build (D, D)
     # parameters from head_dim, and the builder then refuses the option naming the plugin.
     supports_key_dim = False
+    # Whether attend() also works on fp32 queries, keys and values in a bf16 model (it has no parameters of
+    # its own, and keeps no cache of its own). Only then does :attr:`cache_dtype` apply to the module.
+    supports_fp32_cache = False
+    # The dtype a decoding step attends in and the cache keeps keys and values in; None: the model's. bf16
+    # inference on the CPU sets fp32 (nmt.generation.inference.fp32_attention_caches): a step's attention
+    # products then run on MKL instead of oneDNN, which builds a kernel for every new shape they take.
+    cache_dtype: Optional[torch.dtype] = None
 
     def __init__(self, cfg: Any, embed_dim: int, num_heads: int, *, self_attention: bool, causal: bool = False,
                  dropout: float = 0.0, key_dim: Optional[int] = None):
@@ -220,9 +227,12 @@ class AttentionBase(nn.Module):
         cross-attention projects the encoder output once and reuses it. Returns (B, T, C) and, when
         ``need_weights``, the weights (B, H, T, S)."""
         B, T, C = query.shape
+        dtype = self.cache_dtype if incremental_state is not None else None  # None: the projections'
         if self.self_attention:
             q, k, v = self._heads(self.qkv_proj(query), 3)  # (B, H, T, d_k), (B, H, T, d_k), (B, H, T, D)
             if incremental_state is not None:
+                if dtype is not None:
+                    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
                 entry, k, v = self.cache_append(incremental_state.get(self.state_key), k, v)  # (B, H, t, d_k|D)
                 incremental_state[self.state_key] = entry
         else:
@@ -235,8 +245,11 @@ class AttentionBase(nn.Module):
                     raise ValueError("cross-attention needs key_value (the encoder output)")
                 k, v = self._heads(self.kv_proj(key_value), 2)  # (B, H, S, d_k), (B, H, S, D)
                 if incremental_state is not None:  # read at every step: contiguous reads are cheaper
-                    k, v = k.contiguous(), v.contiguous()
+                    k = k.to(dtype or k.dtype, memory_format=torch.contiguous_format)
+                    v = v.to(dtype or v.dtype, memory_format=torch.contiguous_format)
                     incremental_state[self.state_key] = {"k": k, "v": v}
+            if dtype is not None:
+                q = q.to(dtype)
         group = B // k.size(0)  # query rows per key row: a sentence's beams share its encoder-side cache
         if group > 1:
             q = q.reshape(k.size(0), group, self.num_heads, T, self.key_dim).transpose(1, 2)  # (b, H, group, T, d_k)
@@ -248,7 +261,7 @@ class AttentionBase(nn.Module):
                 weights = weights.reshape(k.size(0), self.num_heads, group, T, -1).transpose(1, 2)
                 weights = weights.reshape(B, self.num_heads, T, -1)  # (B, H, T, S)
         out = out.reshape(B, self.num_heads, T, self.head_dim).transpose(1, 2).reshape(B, T, C)  # (B, T, C)
-        return self.out_proj(out), weights
+        return self.out_proj(out.to(query.dtype)), weights
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], causal: bool,
                need_weights: bool) -> tuple[Tensor, Optional[Tensor]]:

@@ -26,6 +26,7 @@ class ScaledDotProductAttention(AttentionBase):
     """softmax(QK^T/sqrt(d_k))V with h heads (fused kernel unless weights are requested)."""
 
     supports_key_dim = True
+    supports_fp32_cache = True
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], causal: bool,
                need_weights: bool) -> tuple[Tensor, Optional[Tensor]]:
