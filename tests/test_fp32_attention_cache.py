@@ -12,13 +12,13 @@ import nmt.generation.search as search_module
 from fake_dictionary import FakeDict
 from nmt.config.generate import GenerationConfig
 from nmt.generation.ensemble import EnsembleModel
-from nmt.generation.inference import fp32_attention_caches, load_ensemble, open_data_dir
+from nmt.generation.inference import fp32_attention_caches, load_ensemble
 from nmt.generation.search import build_search
 from nmt.models import build_model
 from nmt.models.attention import AttentionBase, explicit_attention
 from nmt.plugin_loader import load_plugins
 from nmt.registry import ATTENTION
-from test_generate_setup import make_checkpoint, make_data_bin
+from test_generate_setup import make_checkpoint, make_data_bin, split_batches
 
 load_plugins()
 SDPA = ATTENTION.get("scaled_dot_product")
@@ -86,16 +86,9 @@ def test_attention_that_does_not_support_it_keeps_the_models_dtype():
 
 @pytest.fixture(scope="module")
 def data_and_model(tmp_path_factory):
-    from nmt.data.language_pair_dataset import load_language_pair
-
     folder = tmp_path_factory.mktemp("fp32_cache")
     data_bin = make_data_bin(folder, n_test=13)
-    data = open_data_dir(str(data_bin), None, None)
-    ds = load_language_pair(str(data_bin), "test", data.src, data.tgt)
-    batches = []
-    for start in range(0, 13, 4):
-        b = ds.collater([ds[i] for i in range(start, min(start + 4, 13))])
-        batches.append((b["id"].tolist(), b["net_input"]["src_tokens"], b["net_input"]["src_lengths"]))
+    data, batches = split_batches(data_bin, 4)
     return data, batches, str(make_checkpoint(data_bin, folder / "m.pt", seed=1))
 
 

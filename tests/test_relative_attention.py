@@ -16,7 +16,7 @@ from nmt.models.incremental_state import merge_incremental_states, new_increment
 from nmt.plugin_loader import load_plugins
 from nmt.registry import ATTENTION
 from test_attention_plugins import inputs
-from test_generate_setup import call_cli, make_checkpoint, make_data_bin
+from test_generate_setup import call_cli, make_checkpoint, make_data_bin, split_batches
 from train_toy_data import TINY_MODEL, call_train, make_toy_task, read_log, run_train
 
 load_plugins()
@@ -228,17 +228,11 @@ def test_search_refilling_rows_equals_batch_by_batch(tmp_path, monkeypatch):
     """The searches merge cache rows of different ages (the default cache: refill stays enabled)."""
     import nmt.generation.search as search_module
     from nmt.config.generate import GenerationConfig
-    from nmt.data.language_pair_dataset import load_language_pair
-    from nmt.generation.inference import load_ensemble, open_data_dir
+    from nmt.generation.inference import load_ensemble
     from nmt.generation.search import build_search
 
     data_bin = make_data_bin(tmp_path, n_test=13)
-    data = open_data_dir(str(data_bin), None, None)
-    ds = load_language_pair(str(data_bin), "test", data.src, data.tgt)
-    batches = []
-    for start in range(0, 13, 4):
-        b = ds.collater([ds[i] for i in range(start, min(start + 4, 13))])
-        batches.append((b["id"].tolist(), b["net_input"]["src_tokens"], b["net_input"]["src_lengths"]))
+    data, batches = split_batches(data_bin, 4)
     path = make_checkpoint(data_bin, tmp_path / "rel.pt", attention={"name": "relative", "max_relative_position": 2})
     ens = load_ensemble(str(path), data.src_dict, data.tgt_dict)
     assert ens.can_merge

@@ -14,10 +14,10 @@ import nmt.generation.search as search_module
 from nmt.allocator import KERNEL_CACHE_CAPACITY, keep_built_kernels, keep_freed_memory
 from nmt.config.generate import GenerationConfig
 from nmt.generation.ensemble import EnsembleModel
-from nmt.generation.inference import load_ensemble, open_data_dir
+from nmt.generation.inference import load_ensemble
 from nmt.generation.search import build_search
 from nmt.registry import NoOptions
-from test_generate_setup import make_checkpoint, make_data_bin
+from test_generate_setup import make_checkpoint, make_data_bin, split_batches
 
 torch.set_num_threads(1)
 N_TEST = 23
@@ -26,16 +26,9 @@ BATCH = 4
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from nmt.data.language_pair_dataset import load_language_pair
-
     folder = tmp_path_factory.mktemp("refill")
     data_bin = make_data_bin(folder, n_test=N_TEST)
-    data = open_data_dir(str(data_bin), None, None)
-    ds = load_language_pair(str(data_bin), "test", data.src, data.tgt)
-    batches = []
-    for start in range(0, N_TEST, BATCH):
-        b = ds.collater([ds[i] for i in range(start, min(start + BATCH, N_TEST))])
-        batches.append((b["id"].tolist(), b["net_input"]["src_tokens"], b["net_input"]["src_lengths"]))
+    data, batches = split_batches(data_bin, BATCH)
     paths = [str(make_checkpoint(data_bin, folder / f"{n}.pt", seed=n)) for n in (0, 1)]
     return data, batches, paths
 
