@@ -229,14 +229,14 @@ class AttentionBase(nn.Module):
         B, T, C = query.shape
         dtype = self.cache_dtype if incremental_state is not None else None  # None: the projections'
         if self.self_attention:
-            q, k, v = self._heads(self.qkv_proj(query), 3)  # (B, H, T, d_k), (B, H, T, d_k), (B, H, T, D)
+            qkv = self.qkv_proj(query)  # (B, T, 2 H d_k + C)
+            q, k, v = self._heads(qkv if dtype is None else qkv.to(dtype), 3)  # (B, H, T, d_k|D) each
             if incremental_state is not None:
-                if dtype is not None:
-                    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
                 entry, k, v = self.cache_append(incremental_state.get(self.state_key), k, v)  # (B, H, t, d_k|D)
                 incremental_state[self.state_key] = entry
         else:
-            (q,) = self._heads(self.q_proj(query), 1)  # (B, H, T, d_k)
+            q_rows = self.q_proj(query)  # (B, T, H d_k)
+            (q,) = self._heads(q_rows if dtype is None else q_rows.to(dtype), 1)  # (B, H, T, d_k)
             cached = incremental_state.get(self.state_key) if incremental_state is not None else None
             if cached is not None:
                 k, v = cached["k"], cached["v"]
@@ -248,8 +248,6 @@ class AttentionBase(nn.Module):
                     k = k.to(dtype or k.dtype, memory_format=torch.contiguous_format)
                     v = v.to(dtype or v.dtype, memory_format=torch.contiguous_format)
                     incremental_state[self.state_key] = {"k": k, "v": v}
-            if dtype is not None:
-                q = q.to(dtype)
         group = B // k.size(0)  # query rows per key row: a sentence's beams share its encoder-side cache
         if group > 1:
             q = q.reshape(k.size(0), group, self.num_heads, T, self.key_dim).transpose(1, 2)  # (b, H, group, T, d_k)
