@@ -149,13 +149,29 @@ def test_packed_bf16_weights_give_f_linears_results_bit_for_bit(rows, bias):
 
 
 @needs_onednn
+@pytest.mark.parametrize("rows", [1, 5, 33, 640])
+def test_packed_fp32_weights_give_f_linears_results_to_the_last_bits(rows):
+    """fp32 packs too (oneDNN's fp32 kernels: the same products up to rounding, not bit for bit as in bf16)."""
+    torch.manual_seed(rows)
+    layer = BucketedLinear(64, 48)
+    x = torch.randn(rows, 64)
+    with torch.inference_mode():
+        plain = layer(x)
+        assert layer.pack()
+        packed = layer(x)
+    assert layer.packed is not None and packed.dtype is torch.float32
+    assert layer.packed.is_mkldnn  # oneDNN's layout (the products below would also agree on F.linear)
+    torch.testing.assert_close(packed, plain, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
 def test_packed_weights_serve_inference_only():
     layer = BucketedLinear(16, 8).to(torch.bfloat16)
     assert layer.pack()
     x = torch.randn(5, 16).to(torch.bfloat16)
     layer(x).float().sum().backward()  # gradients enabled: the layer's own weight, which autograd can follow
     assert layer.weight.grad is not None
-    assert BucketedLinear(16, 8).pack() is False  # fp32 weights are not packed
+    assert BucketedLinear(16, 8).to(torch.float16).pack() is False  # fp16 weights are not packed
 
 
 @needs_onednn

@@ -20,6 +20,10 @@ For bf16 inference the weights can also be held in oneDNN's own layout (:func:`p
 reordering the plain matrix on every call. On the 2-core EPYC with avx512_bf16, 5 rows against weights
 that are not in the cache took 329 us instead of 839 (the 9,808 x 256 output projection), 25 instead of 42
 (256 x 256) and 53 instead of 109 (1024 x 256), with the same results bit for bit (docs/generation.md).
+fp32 inference (nmt-generate without --bf16) packs its weights too: oneDNN's fp32 kernels on its own layout ran
+the 640-row output projection of a beam-5 step in 16.1 ms against MKL's 30.8 on that EPYC. Those results differ
+from MKL's in the last bits (about 3e-6), and fp32 packed products also take the bucketed row counts, since
+oneDNN builds a kernel per shape in fp32 as in bf16.
 """
 
 from __future__ import annotations
@@ -113,9 +117,10 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
 
 
 def pack_weight(weight: Tensor) -> Optional[Tensor]:
-    """A bf16 CPU weight (N, K) in oneDNN's layout for :func:`packed_linear` (None: not bf16 on the CPU, or this
-    torch has no oneDNN). For inference only: the packed copy does not follow later changes to ``weight``."""
-    if weight.dtype is not torch.bfloat16 or weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+    """A bf16 or fp32 CPU weight (N, K) in oneDNN's layout for :func:`packed_linear` (None: another dtype or device,
+    or this torch has no oneDNN). For inference only: the packed copy does not follow later changes to ``weight``."""
+    if (weight.dtype not in (torch.bfloat16, torch.float32) or weight.device.type != "cpu"
+            or not torch.backends.mkldnn.is_available()):
         return None
     try:
         return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
@@ -124,7 +129,8 @@ def pack_weight(weight: Tensor) -> Optional[Tensor]:
 
 
 def packed_linear(x: Tensor, packed: Tensor, bias: Optional[Tensor], out_features: int) -> Tensor:
-    """``F.linear`` of bf16 ``x`` (..., K) with a weight from :func:`pack_weight`, on bucketed rows (no autograd)."""
+    """``F.linear`` of ``x`` (..., K) with a weight of its dtype from :func:`pack_weight`, on bucketed rows (no
+    autograd)."""
     m = x.numel() // x.size(-1)
     rows = bucket_rows(m)
     flat = x.reshape(m, x.size(-1))  # (M, K)
@@ -135,18 +141,18 @@ def packed_linear(x: Tensor, packed: Tensor, bias: Optional[Tensor], out_feature
 
 
 class BucketedLinear(nn.Linear):
-    """``nn.Linear`` (same parameters and state dict) whose forward is :func:`linear`; after :meth:`pack`, bf16
-    inference runs :func:`packed_linear` instead."""
+    """``nn.Linear`` (same parameters and state dict) whose forward is :func:`linear`; after :meth:`pack`,
+    inference in the weight's dtype runs :func:`packed_linear` instead."""
 
-    packed: Optional[Tensor] = None  # the weight in oneDNN's layout (bf16 inference), not part of the state dict
+    packed: Optional[Tensor] = None  # the weight in oneDNN's layout (inference), not part of the state dict
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.packed is not None and x.dtype is torch.bfloat16 and not torch.is_grad_enabled():
+        if self.packed is not None and x.dtype is self.weight.dtype and not torch.is_grad_enabled():
             return packed_linear(x, self.packed, self.bias, self.out_features)
         return linear(x, self.weight, self.bias)
 
     def pack(self) -> bool:
-        """Keep a copy of the (bf16, CPU) weight in oneDNN's layout for inference; False if it cannot be had."""
+        """Keep a copy of the (bf16 or fp32, CPU) weight in oneDNN's layout for inference; False if it cannot be had."""
         self.packed = pack_weight(self.weight)
         return self.packed is not None
 
@@ -159,7 +165,7 @@ class BucketedLinear(nn.Linear):
 
 
 class PackedProjection(nn.Module):
-    """A bias-free product with a weight packed by :func:`pack_weight`, for bf16 inference: the output projection
+    """A bias-free product with a weight packed by :func:`pack_weight`, for inference: the output projection
     (``TransformerDecoder.output_projection``), whose matrix is the embeddings' own when tied. It holds no
     parameters, so the state dict is unchanged."""
 
