@@ -78,15 +78,14 @@ def fairseq_reference(folder: Path, args) -> None:
 
     from nmt.config.generate import GenerationConfig
     from nmt.generation.ensemble import EnsembleModel
-    from nmt.generation.inference import decoder_start, pad_batch, to_bf16
+    from nmt.generation.inference import decoder_start, inference_weights, pad_batch
     from nmt.generation.output import corpus_bleu
     from nmt.generation.search import build_search
     from nmt.interop.fairseq_data import read_fairseq_dictionary
 
     d = read_fairseq_dictionary(folder / "data-bin" / "dict.en.txt")
     ens = EnsembleModel([fairseq_model(folder, d, d)])
-    if args.bf16:
-        to_bf16(ens)  # as nmt-generate --bf16 does
+    inference_weights(ens, args.bf16)  # as nmt-generate does
     lines = (folder / "test_2016_flickr.bpe.en").read_text(encoding="utf-8").splitlines()[: args.limit]
     ids = [d.encode_line(line) for line in lines]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
@@ -163,7 +162,7 @@ def main() -> None:
     from nmt.data.batching import batch_by_size
     from nmt.data.language_pair_dataset import load_language_pair
     from nmt.generation.ensemble import EnsembleModel
-    from nmt.generation.inference import load_ensemble, open_data_dir, to_bf16
+    from nmt.generation.inference import inference_weights, load_ensemble, open_data_dir
     from nmt.generation.search import build_search
     from nmt.plugin_loader import load_plugins
 
@@ -178,8 +177,7 @@ def main() -> None:
     else:
         ens = EnsembleModel([random_model(data.src_dict, data.tgt_dict)])
         what = f"random 3+3 d256 model, every hypothesis {args.fixed_len} tokens + eos"
-    if args.bf16:
-        to_bf16(ens)
+    inference_weights(ens, args.bf16)
     n = min(args.limit, len(ds))
     plan = batch_by_size(ds.src_sizes[:n], None, max_tokens=None, max_sentences=args.batch_size, seed=None)
     batches = []

@@ -118,21 +118,25 @@ def autocast(bf16: bool) -> ContextManager:
     return torch.autocast(device_type="cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
 
-def to_bf16(ens: EnsembleModel, pack: bool = True) -> EnsembleModel:
-    """--bf16 for generation: the models' weights, and so every activation, in bfloat16; the
-    ensemble still turns logits into fp32 log-probabilities. Casting the weights once beats
-    autocast, which re-casts every weight at every decoding step (beam 5 on Multi30k test: about
-    1.7x the speed of autocast on a 2-core avx512_bf16 CPU, docs/generation.md).
+def inference_weights(ens: EnsembleModel, bf16: bool, pack: bool = True) -> EnsembleModel:
+    """The members' weights as eager generation runs them, in place.
+
+    ``bf16`` (--bf16): the weights, and so every activation, in bfloat16; the ensemble still turns logits into fp32
+    log-probabilities. Casting the weights once beats autocast, which re-casts every weight at every decoding step
+    (beam 5 on Multi30k test: about 1.7x the speed of autocast on a 2-core avx512_bf16 CPU, docs/generation.md).
 
     ``pack``: the linear layers and the output projection also keep their weights in oneDNN's layout
-    (``nmt.models.row_buckets.pack_weight``): the same results, and steps of a few rows about twice as fast in
-    their products. Not for --compile, whose inductor packs the weights it freezes itself. With ``pack`` the
-    attention of a decoding step also runs in fp32 (:func:`fp32_attention_caches`)."""
+    (``nmt.models.row_buckets.pack_weight``), in bf16 and in fp32: steps of a few rows about twice as fast in their
+    products (bf16: the same results bit for bit; fp32: to the last bits). Not for --compile, whose inductor packs
+    the weights it freezes itself. With ``pack`` a bf16 decoding step also attends in fp32
+    (:func:`fp32_attention_caches`)."""
     for m in ens.models:
-        m.to(torch.bfloat16)
+        if bf16:
+            m.to(torch.bfloat16)
         if pack:
             pack_linear_layers(m)
-            fp32_attention_caches(m)
+            if bf16:
+                fp32_attention_caches(m)
     return ens
 
 
@@ -277,11 +281,7 @@ def load_inference_models(inf: InferenceConfig, data: DataDir) -> EnsembleModel:
         from nmt.generation.quantize import quantize_models
 
         return quantize_models(ens, inf.quantize)
-    if inf.bf16:
-        to_bf16(ens, pack=not inf.compile)
-    elif not inf.compile:  # fp32: the same layout pays too (beam 5 1.3x, the same translations; docs/generation.md)
-        for m in ens.models:
-            pack_linear_layers(m)
+    inference_weights(ens, inf.bf16, pack=not inf.compile)
     if inf.compile:
         ens.compile_decoders()
     return ens

@@ -119,9 +119,9 @@ class PathSearch(Search):
         """``paths`` without its finished rows (None when no row is left): when ``always``, or once they are
         FINISHED_SHARE of the rows, or when one of them reaches its length limit (one more step could take
         it past the positions the model has)."""
-        finished = None if paths is None else paths.finished
-        if paths is None or finished is None:
+        if paths is None or paths.finished is None:
             return paths
+        finished = paths.finished
         n = int(finished.sum())
         if n == finished.numel():
             return None
