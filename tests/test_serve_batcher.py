@@ -4,6 +4,7 @@ reported to the jobs concerned, and the worker goes on."""
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 
 import pytest
@@ -13,6 +14,7 @@ from nmt.api import load
 from nmt.generation.inference import pad_batch
 from nmt.generation.search import LIVE_JOIN_EVERY, SentenceQueue
 from nmt.serve.batcher import DynamicBatcher, Job, QueueFull
+from nmt.serve.cores import SharedCores, searching_flags
 
 SENTENCES = ["a b c", "d e", "f g h i", "b a", "c c d e f", "g", "h i a b", "e d c"]
 
@@ -181,6 +183,35 @@ def test_sentences_that_trickle_in_get_what_each_gets_alone_and_long_ones_are_ke
     for i, hyps in enumerate(alone):  # ... and every sentence got what it gets alone
         assert [h.tokens.tolist() for h in found[i]] == [h.tokens.tolist() for h in hyps]
         assert [h.score for h in found[i]] == pytest.approx([h.score for h in hyps], abs=1e-4)
+
+
+def test_a_worker_searching_alone_borrows_the_idle_workers_threads(model, monkeypatch):
+    """--workers 2, one thread each: a search gets both threads while the other worker idles, drops to its own
+    between steps once the other starts searching, and keeps only its own once done."""
+    flags = searching_flags(multiprocessing.get_context("spawn"), 2)
+    gen = model.generation_config(beam=2)
+    translator = model.translator(gen)
+    original = translator.translate_stream
+    seen = []  # torch's threads as the search hands over each sentence
+
+    def watched(source, **kwargs):
+        for k, item in enumerate(original(source, **kwargs)):
+            seen.append(torch.get_num_threads())
+            if k == 1:
+                flags[1] = 1  # the other worker starts searching
+            yield item
+
+    monkeypatch.setattr(translator, "translate_stream", watched)
+    worker = batcher(model, max_sentences=1, cores=SharedCores(flags, 0, threads=1))
+    try:
+        future = worker.submit(Job(SENTENCES[:4], [model.encode(s) for s in SENTENCES[:4]], gen))
+        worker.start()
+        future.result(timeout=120)
+        worker.close(60)
+        assert seen == [2, 2, 1, 1]
+        assert torch.get_num_threads() == 1 and list(flags) == [0, 1]
+    finally:
+        torch.set_num_threads(1)
 
 
 def test_nmt_serve_without_its_extra_says_how_to_install_it(exported_model, monkeypatch, capsys):

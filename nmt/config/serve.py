@@ -27,8 +27,9 @@ class ServeJob(TranslateJob):
                              "404.", group=SERVE)
     workers: int = opt(1, "Server processes sharing the port, each with its own copy of the model and its own "
                           "batching (CTranslate2's inter_threads); --threads is per process [default: the cores "
-                          "shared out]. On a CPU, 2 serve many concurrent clients faster than 1 process with 2 "
-                          "threads (docs/serving.md).", low=1, high=64, group=SERVE)
+                          "shared out], and a process searching while the others idle borrows their threads. On a "
+                          "CPU, 2 serve many concurrent clients faster than 1 process with 2 threads "
+                          "(docs/serving.md).", low=1, high=64, group=SERVE)
     batch_wait_ms: float = opt(0.0, "How long an idle server waits for more sentences before it starts searching "
                                     "(sentences that come later join the running search anyway).",
                                low=0, high=10000, group=SERVE)

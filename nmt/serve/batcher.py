@@ -9,12 +9,13 @@ were not in. A full queue refuses new jobs (the server answers 503): memory and 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import torch
 
@@ -22,6 +23,7 @@ from nmt.api import TranslationModel
 from nmt.config.generate import GenerationConfig
 from nmt.generation.inference import pad_batch
 from nmt.generation.search import Hypothesis, SourceBatch
+from nmt.serve.cores import SharedCores
 
 
 class QueueFull(Exception):
@@ -69,6 +71,7 @@ class LiveSource:
         return self
 
     def __next__(self) -> SourceBatch:
+        self.batcher.adjust_threads()  # the search asks between its steps
         jobs = self.batcher.take_matching(self.key)
         if not jobs:
             raise StopIteration
@@ -88,8 +91,9 @@ class DynamicBatcher:
     """The worker thread and its queue. ``submit`` is thread-safe; ``close`` lets queued jobs finish."""
 
     def __init__(self, model: TranslationModel, *, max_tokens: int, max_sentences: int, wait_seconds: float,
-                 max_queue: int):
+                 max_queue: int, cores: Optional[SharedCores] = None):
         self.model = model
+        self.cores = cores  # --workers N: the threads this process may borrow from idle ones (nmt.serve.cores)
         self.max_tokens = max_tokens
         self.max_sentences = max_sentences
         self.wait_seconds = wait_seconds
@@ -168,8 +172,9 @@ class DynamicBatcher:
         source = LiveSource(self, key, self.model.data.src_dict.pad())
         self.stats.streams += 1
         try:
-            with self.model.lock:
+            with self.model.lock, (self.cores.searching() if self.cores else contextlib.nullcontext()):
                 for sid, hyps in self.model.translator(gen).translate_stream(source, need_attn=key[1]):
+                    self.adjust_threads()
                     job, k = source.rows.pop(sid)
                     job.found[k] = hyps
                     if len(job.found) == len(job.ids):
@@ -181,6 +186,11 @@ class DynamicBatcher:
             for job in running or self.take_matching(key):
                 if not job.future.done():
                     job.future.set_exception(e)
+
+    def adjust_threads(self) -> None:
+        """Between decoding steps: with --workers N, take this process's share of the idle workers' cores."""
+        if self.cores is not None:
+            self.cores.adjust()
 
     def _answer(self, job: Job) -> None:
         try:

@@ -11,13 +11,14 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from nmt.api import TranslationModel
 from nmt.config.generate import GenerationConfig
 from nmt.config.serve import ServeJob
 from nmt.errors import UsageError
 from nmt.serve.batcher import DynamicBatcher, Job
+from nmt.serve.cores import SharedCores
 
 
 def model_location(cfg: ServeJob) -> tuple[str, str]:
@@ -72,10 +73,11 @@ def warm_up(model: TranslationModel, gen: GenerationConfig, new_batcher: Callabl
     print(f"nmt-serve: --compile: compiled in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
 
-def serve(cfg: ServeJob, listen: Callable[[], socket.socket], on_ready: Callable[[TranslationModel], None]) -> int:
+def serve(cfg: ServeJob, listen: Callable[[], socket.socket], on_ready: Callable[[TranslationModel], None],
+          cores: Optional[SharedCores] = None) -> int:
     """Load the model, serve the socket ``listen`` gives until SIGTERM/SIGINT and the drain that follows; the
     sentences translated. ``listen`` and then ``on_ready`` are called once the model is loaded and the default
-    search checked (and compiled), before the first request."""
+    search checked (and compiled), before the first request. ``cores``: a worker's share of the server's cores."""
     import uvicorn
 
     from nmt.api import load
@@ -87,7 +89,7 @@ def serve(cfg: ServeJob, listen: Callable[[], socket.socket], on_ready: Callable
     def new_batcher() -> DynamicBatcher:
         return DynamicBatcher(model, max_tokens=cfg.inference.max_tokens or 8192,
                               max_sentences=cfg.inference.batch_size or 128,
-                              wait_seconds=cfg.batch_wait_ms / 1000, max_queue=cfg.max_queue)
+                              wait_seconds=cfg.batch_wait_ms / 1000, max_queue=cfg.max_queue, cores=cores)
 
     batcher = new_batcher()
     service = TranslationService(model, batcher, cfg)

@@ -25,22 +25,27 @@ from typing import Any, Callable
 
 from nmt.config.serve import ServeJob
 from nmt.errors import WorkerError, exit_reporting
+from nmt.serve.cores import searching_flags
 from nmt.serve.sockets import WorkerPort
 
 POLL_SECONDS = 1.0
 
 
-def worker_main(cfg: ServeJob, port: WorkerPort, conn: Connection) -> None:
-    """A worker process (spawned, so it imports the user's plugins itself): serve ``port`` until SIGTERM. It tells
-    the parent ("ready", source language, target language), ("error", exit code, reason) or ("stopped",
-    sentences translated)."""
+def worker_main(cfg: ServeJob, port: WorkerPort, conn: Connection, flags: Any, slot: int) -> None:
+    """Worker ``slot``'s process (spawned, so it imports the user's plugins itself): serve ``port`` until SIGTERM,
+    lending its cores to the others while idle (``flags``: nmt.serve.cores). It tells the parent ("ready", source
+    language, target language), ("error", exit code, reason) or ("stopped", sentences translated)."""
     from nmt.plugin_loader import load_plugins
+    from nmt.serve.cores import SharedCores
     from nmt.serve.process import serve
 
     threading.Thread(target=_stop_when_orphaned, args=(os.getppid(),), name="nmt-orphan-watch", daemon=True).start()
     try:
         load_plugins(cfg.common.user_dir)
-        served = serve(cfg, port.listen, lambda model: conn.send(("ready", model.source_lang, model.target_lang)))
+        # compiled kernels keep the thread count they were compiled with, so a --compile worker keeps its own
+        cores = None if cfg.inference.compile else SharedCores(flags, slot, cfg.inference.threads or 1)
+        served = serve(cfg, port.listen, lambda model: conn.send(("ready", model.source_lang, model.target_lang)),
+                       cores)
     except BaseException as e:  # noqa: BLE001 - the parent reports it as one line
         exit_reporting(conn, e, "a server process")
     with contextlib.suppress(OSError):
@@ -81,6 +86,7 @@ class WorkerPool:
         self.on_ready = on_ready  # (source language, target language), once every worker is ready
         self.say = say  # a line for the operator (a worker died and another starts)
         self.context = multiprocessing.get_context("spawn")  # fork would copy torch's thread pools, which hangs
+        self.searching = searching_flags(self.context, cfg.workers)  # which workers search now (nmt.serve.cores)
         self.workers: list[Worker] = []
         self.stopping = False
         self.announced = False
@@ -93,8 +99,8 @@ class WorkerPool:
         translated. A worker that fails while starting stops the server with its reason (WorkerError)."""
         previous = {sig: signal.signal(sig, self._stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
-            for _ in range(self.cfg.workers):
-                self.workers.append(self._start())
+            for k in range(self.cfg.workers):
+                self.workers.append(self._start(k))
             if self.stopping:  # a signal came while they were starting
                 self._stop()
             while not all(w.ended for w in self.workers):
@@ -113,9 +119,12 @@ class WorkerPool:
             raise self.failure
         return self.served
 
-    def _start(self) -> Worker:
+    def _start(self, k: int) -> Worker:
+        """Start worker ``k`` (again: one that died while searching is marked idle)."""
+        self.searching[k] = 0
         reader, writer = self.context.Pipe(duplex=False)
-        process = self.context.Process(target=worker_main, args=(self.cfg, self.port, writer), name="nmt-serve-worker")
+        process = self.context.Process(target=worker_main, args=(self.cfg, self.port, writer, self.searching, k),
+                                       name="nmt-serve-worker")
         process.start()
         writer.close()  # the worker holds the other copy: its exit ends the pipe
         return Worker(process, reader)
@@ -159,4 +168,4 @@ class WorkerPool:
             return
         self.say(f"nmt-serve: worker {k} exited with code {worker.process.exitcode}; starting another")
         self.lost += 1
-        self.workers[k] = self._start()
+        self.workers[k] = self._start(k)
