@@ -13,6 +13,7 @@ import torch
 from nmt.api import load
 from nmt.generation.inference import pad_batch
 from nmt.generation.search import LIVE_JOIN_EVERY, SentenceQueue
+from nmt.serve import cores
 from nmt.serve.batcher import DynamicBatcher, Job, QueueFull
 from nmt.serve.cores import SharedCores, searching_flags
 
@@ -188,7 +189,9 @@ def test_sentences_that_trickle_in_get_what_each_gets_alone_and_long_ones_are_ke
 def test_a_worker_searching_alone_borrows_the_idle_workers_threads(model, monkeypatch):
     """--workers 2, one thread each: a search gets both threads while the other worker idles, drops to its own
     between steps once the other starts searching, and keeps only its own once done."""
+    monkeypatch.setattr(cores, "usable_cores", lambda: 2)
     flags = searching_flags(multiprocessing.get_context("spawn"), 2)
+    assert SharedCores(flags, 0, threads=2).total == 2  # never more threads than cores, whatever --threads says
     gen = model.generation_config(beam=2)
     translator = model.translator(gen)
     original = translator.translate_stream

@@ -8,7 +8,9 @@ a searching worker runs on its share of all the workers' threads: all of them wh
 when every worker searches. Each worker writes only its own flag, and the parent clears a replaced worker's (one
 killed mid-search cannot). A worker checks between decoding steps (the search asks its live source for sentences
 then, and hands over finished ones), so one that starts searching waits a step or two at most for the lender to
-give its threads back. Not with --compile: inductor writes the thread count into the kernels it compiles."""
+give its threads back. A search never runs more threads than the workers' --threads in all, nor than the cores,
+so lending adds none to what a fully loaded server runs. Not with --compile: inductor writes the thread count
+into the kernels it compiles."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 import torch
+
+from nmt.hardware import usable_cores
 
 
 def searching_flags(context: Any, workers: int) -> Any:
@@ -34,7 +38,7 @@ class SharedCores:
         self.flags = flags
         self.slot = slot
         self.own = max(1, threads)
-        self.total = self.own * len(flags)
+        self.total = max(self.own, min(self.own * len(flags), usable_cores()))  # never more threads than cores
         self.current = torch.get_num_threads()
 
     @contextmanager
