@@ -205,7 +205,10 @@ def test_a_worker_searching_alone_borrows_the_idle_workers_threads(model, monkey
             yield item
 
     monkeypatch.setattr(translator, "translate_stream", watched)
-    worker = batcher(model, max_sentences=1, cores=SharedCores(flags, 0, threads=1))
+    torch.set_num_threads(2)
+    shared = SharedCores(flags, 0, threads=1)  # made before the model is loaded, ...
+    torch.set_num_threads(1)  # ... which sets the worker's own threads
+    worker = batcher(model, max_sentences=1, cores=shared)
     try:
         future = worker.submit(Job(SENTENCES[:4], [model.encode(s) for s in SENTENCES[:4]], gen))
         worker.start()

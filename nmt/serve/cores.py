@@ -39,7 +39,6 @@ class SharedCores:
         self.slot = slot
         self.own = max(1, threads)
         self.total = max(self.own, min(self.own * len(flags), usable_cores()))  # never more threads than cores
-        self.current = torch.get_num_threads()
 
     @contextmanager
     def searching(self) -> Iterator[None]:
@@ -61,6 +60,5 @@ class SharedCores:
         self.set_threads(self.share())
 
     def set_threads(self, n: int) -> None:
-        if n != self.current:
+        if n != torch.get_num_threads():  # asked of torch each time: loading the model sets its threads too
             torch.set_num_threads(n)
-            self.current = n
