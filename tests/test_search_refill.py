@@ -16,6 +16,8 @@ from nmt.config.generate import GenerationConfig
 from nmt.generation.ensemble import EnsembleModel
 from nmt.generation.inference import load_ensemble
 from nmt.generation.search import build_search
+from nmt.models import incremental_state
+from nmt.models.attention import AttentionBase
 from nmt.registry import NoOptions
 from test_generate_setup import make_checkpoint, make_data_bin, split_batches
 
@@ -69,6 +71,28 @@ def test_greedy_with_refill_equals_batch_by_batch(setup, monkeypatch, models):
     alone, merges_off = run(search, ens, batches, refill=False, monkeypatch=monkeypatch)
     refilled, merges_on = run(search, ens, batches, refill=True, monkeypatch=monkeypatch)
     assert merges_off == 0 and merges_on > 0
+    assert_same(refilled, alone)
+
+
+def test_greedy_with_refill_attending_in_windows_equals_batch_by_batch(setup, monkeypatch):
+    """The rows that joined later skip the cache positions they do not own (KeyWindow), at every step that
+    has them: the hypotheses and scores are those of searching each batch alone."""
+    data, batches, paths = setup
+    ens = load_ensemble(paths[0], data.src_dict, data.tgt_dict)
+    search = build_search(GenerationConfig(beam=1, max_len_a=1.5, max_len_b=3), data.tgt_dict)
+    alone, _ = run(search, ens, batches, refill=False, monkeypatch=monkeypatch)
+    monkeypatch.setattr(incremental_state, "WINDOW_MIN_SKIPPED", 0)
+    monkeypatch.setattr(incremental_state, "WINDOW_MIN_SHARE", 0.0)
+    windows = []
+    original = AttentionBase._attend_in_window
+
+    def counting(self, *args):
+        windows.append(args[-1])
+        return original(self, *args)
+
+    monkeypatch.setattr(AttentionBase, "_attend_in_window", counting)
+    refilled, merges = run(search, ens, batches, refill=True, monkeypatch=monkeypatch)
+    assert merges > 0 and windows
     assert_same(refilled, alone)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import uuid
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -56,6 +57,18 @@ def attention_weights(scores: Tensor, mask: Optional[Tensor]) -> Tensor:
         scores = scores.masked_fill(~mask, float("-inf"))
     low_precision = scores.dtype in (torch.float16, torch.bfloat16)  # softmax in fp32 then
     return torch.softmax(scores, dim=-1, dtype=torch.float32 if low_precision else None).to(scores.dtype)
+
+
+@dataclass(frozen=True)
+class KeyWindow:
+    """Where a decoding step's self-attention may skip cached keys. Rows that joined a running batch later
+    (a refilled search) sit after the older ones and own none of the cache's first positions; reading those
+    masked keys is most of a refilled greedy step's attention (its cache is as long as its oldest row is old).
+    Rows before ``split`` read the keys from ``start[0]`` on, the rest from ``start[1]`` on: every key left
+    out is masked for every query of its group (``nmt.models.incremental_state.key_window``)."""
+
+    split: int
+    start: tuple[int, int]
 
 
 LENGTH_MULTIPLE = 4  # training on the CPU in bf16/fp16: the explicit product's lengths, padded to a multiple of this
@@ -136,6 +149,10 @@ class AttentionBase(nn.Module):
     # inference on the CPU sets fp32 (nmt.generation.inference.fp32_attention_caches): a step's attention
     # products then run on MKL instead of oneDNN, which builds a kernel for every new shape they take.
     cache_dtype: Optional[torch.dtype] = None
+    # Whether attend() depends on the keys only through their values, the mask and their place from the end
+    # (the queries being the last of them), so that leading keys masked for every query can be left out of a
+    # call (:class:`KeyWindow`). True of softmax attention; a plugin with its own per-key state keeps False.
+    supports_key_window = False
 
     def __init__(self, cfg: Any, embed_dim: int, num_heads: int, *, self_attention: bool, causal: bool = False,
                  dropout: float = 0.0, key_dim: Optional[int] = None):
@@ -218,7 +235,7 @@ class AttentionBase(nn.Module):
 
     def forward(self, query: Tensor, key_value: Optional[Tensor] = None, key_padding_mask: Optional[Tensor] = None,
                 incremental_state: Optional[IncrementalState] = None,
-                need_weights: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+                need_weights: bool = False, key_window: Optional[KeyWindow] = None) -> tuple[Tensor, Optional[Tensor]]:
         """query (B, T, C); key_value (B, S, C) for cross-attention; key_padding_mask (B, S), True at pads.
 
         With ``incremental_state`` (inference only: the cache is written in place), self-attention
@@ -252,7 +269,10 @@ class AttentionBase(nn.Module):
         if group > 1:
             q = q.reshape(k.size(0), group, self.num_heads, T, self.key_dim).transpose(1, 2)  # (b, H, group, T, d_k)
             q = q.reshape(k.size(0), self.num_heads, group * T, self.key_dim)  # (b, H, group*T, d_k)
-        out, weights = self.attend(q, k, v, key_padding_mask, self.causal, need_weights)  # (b, H, group*T, D)
+        if key_window is not None and self.supports_key_window and not need_weights and group == 1:
+            out, weights = self._attend_in_window(q, k, v, key_padding_mask, key_window), None  # (B, H, T, D)
+        else:
+            out, weights = self.attend(q, k, v, key_padding_mask, self.causal, need_weights)  # (b, H, group*T, D)
         if group > 1:
             out = out.reshape(k.size(0), self.num_heads, group, T, self.head_dim).transpose(1, 2)
             if weights is not None:
@@ -260,6 +280,17 @@ class AttentionBase(nn.Module):
                 weights = weights.reshape(B, self.num_heads, T, -1)  # (B, H, T, S)
         out = out.reshape(B, self.num_heads, T, self.head_dim).transpose(1, 2).reshape(B, T, C)  # (B, T, C)
         return self.out_proj(out.to(query.dtype)), weights
+
+    def _attend_in_window(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
+                          window: KeyWindow) -> Tensor:
+        """:meth:`attend` of the rows before ``window.split`` and of those after it, each on its own keys
+        (q (B,H,T,d_k), k (B,H,t,d_k), v (B,H,t,D), key_padding_mask (B,t)); returns (B,H,T,D)."""
+        outs = []
+        for rows, start in zip((slice(0, window.split), slice(window.split, None)), window.start):
+            mask = None if key_padding_mask is None else key_padding_mask[rows, start:]
+            out, _ = self.attend(q[rows], k[rows, :, start:], v[rows, :, start:], mask, self.causal, False)
+            outs.append(out)
+        return torch.cat(outs)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], causal: bool,
                need_weights: bool) -> tuple[Tensor, Optional[Tensor]]:

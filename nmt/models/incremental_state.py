@@ -18,15 +18,22 @@ projected encoder output (cross-attention): merged rows pad it on the right, lik
 
 from __future__ import annotations
 
-from typing import Any
+from itertools import accumulate
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from nmt.models.attention import IncrementalState
+from nmt.models.attention import IncrementalState, KeyWindow
 
 LEFT_PADS = "left_pads"  # entry {"pads": (B,) long}: leading cache positions each row does not own
+# A step's self-attention is split in two (KeyWindow) only when that leaves out at least this many cached
+# positions of all rows together and this share of them: the second call costs about ten more operators per
+# layer (some 60 us on a 2-core CPU), and a position left out saves reading its keys and values (~0.1 us
+# for 4 heads of 64 in fp32).
+WINDOW_MIN_SKIPPED = 1024
+WINDOW_MIN_SHARE = 0.25
 
 
 def new_incremental_state() -> IncrementalState:
@@ -37,6 +44,23 @@ def left_pads(state: IncrementalState | None) -> Tensor | None:
     """(B,) leading cache positions that are not each row's own, or None when rows are aligned."""
     entry = state.get(LEFT_PADS) if state is not None else None
     return None if entry is None else entry["pads"]
+
+
+def key_window(pads: Tensor, length: int) -> Optional[KeyWindow]:
+    """Where to split a decoding step's rows so that each part's self-attention skips the leading cache
+    positions none of its rows owns, given each row's ``pads`` (B,) and the cache's ``length``; None when
+    that would not pay. Rows come in the order they joined the search (older rows first, owning more), so
+    one split, chosen to skip the most, leaves out most of what a row-by-row window would."""
+    p = pads.tolist()
+    rows = len(p)
+    if rows < 2:
+        return None
+    first = list(accumulate(p, min))  # first[i]: positions rows 0..i all leave out
+    last = list(accumulate(reversed(p), min))[::-1]  # last[i]: positions rows i.. all leave out
+    skipped, split = max((s * first[s - 1] + (rows - s) * last[s], s) for s in range(1, rows))
+    if not skipped or skipped < max(WINDOW_MIN_SKIPPED, WINDOW_MIN_SHARE * rows * length):
+        return None
+    return KeyWindow(split, (first[split - 1], last[split]))
 
 
 def reorder_incremental_state(state: IncrementalState, new_order: Tensor, drop_left: int = 0) -> None:

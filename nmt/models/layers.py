@@ -9,7 +9,7 @@ from typing import Callable, Optional
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt.models.attention import AttentionBase, IncrementalState
+from nmt.models.attention import AttentionBase, IncrementalState, KeyWindow
 from nmt.models.dropout import dropout
 from nmt.models.row_buckets import BucketedLinear
 
@@ -86,13 +86,14 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x: Tensor, memory: Tensor, memory_padding_mask: Optional[Tensor],
                 incremental_state: Optional[IncrementalState] = None,
-                need_weights: bool = False,
-                self_padding_mask: Optional[Tensor] = None) -> tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+                need_weights: bool = False, self_padding_mask: Optional[Tensor] = None,
+                self_key_window: Optional[KeyWindow] = None) -> tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
         """x (B, T, C), memory = encoder output (B, S, C). ``self_padding_mask`` (B, t) marks cached
-        positions a row does not own (rows that started decoding later). Returns x and the
-        self/cross weights."""
+        positions a row does not own (rows that started decoding later), and ``self_key_window`` says which of
+        them the self-attention may leave out. Returns x and the self/cross weights."""
         y, self_w = self.self_attn(self.self_res.pre(x), key_padding_mask=self_padding_mask,
-                                   incremental_state=incremental_state, need_weights=need_weights)  # (B, T, C)
+                                   incremental_state=incremental_state, need_weights=need_weights,
+                                   key_window=self_key_window)  # (B, T, C)
         x = self.self_res.post(x, y)
         y, cross_w = self.cross_attn(self.cross_res.pre(x), memory, key_padding_mask=memory_padding_mask,
                                      incremental_state=incremental_state, need_weights=need_weights)  # (B, T, C)

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from nmt.models.attention import IncrementalState
 from nmt.models.dropout import dropout
-from nmt.models.incremental_state import left_pads, reorder_incremental_state
+from nmt.models.incremental_state import key_window, left_pads, reorder_incremental_state
 from nmt.models.layers import DecoderLayer, EncoderLayer
 from nmt.models.positional import PositionalBase
 from nmt.models.row_buckets import linear as bucketed_linear
@@ -112,7 +112,7 @@ class TransformerDecoder(nn.Module):
 
         Returns logits (B, T, V), or features (B, T, C) with ``features_only``; with
         ``need_weights`` a pair (that, {"self": [per layer (B,H,T,T)], "cross": [(B,H,T,S)]})."""
-        offset, positions, self_mask = 0, None, None
+        offset, positions, self_mask, window = 0, None, None, None
         if incremental_state is not None:
             offset = prev_output_tokens.size(1) - 1
             prev_output_tokens = prev_output_tokens[:, -1:]  # (B, 1)
@@ -120,12 +120,14 @@ class TransformerDecoder(nn.Module):
             if pads is not None:
                 positions = offset - pads  # (B,)
                 self_mask = torch.arange(offset + 1, device=pads.device)[None, :] < pads[:, None]  # (B, t)
+                if not need_weights and not torch.compiler.is_compiling():  # (compiled: no data-dependent split)
+                    window = key_window(pads, offset + 1)
         x = self.embedder(prev_output_tokens, offset, positions)  # (B, T, C)
         self_attn: list[Tensor] = []
         cross_attn: list[Tensor] = []
         for layer in self.layers:
             x, self_w, cross_w = layer(x, encoder_out.out, encoder_out.padding_mask, incremental_state, need_weights,
-                                       self_mask)
+                                       self_mask, window)
             if need_weights:
                 self_attn.append(self_w)
                 cross_attn.append(cross_w)

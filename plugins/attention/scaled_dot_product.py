@@ -27,6 +27,7 @@ class ScaledDotProductAttention(AttentionBase):
 
     supports_key_dim = True
     supports_fp32_cache = True
+    supports_key_window = True
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], causal: bool,
                need_weights: bool) -> tuple[Tensor, Optional[Tensor]]:
