@@ -14,9 +14,11 @@ land in that last share: the unprofiled run's time is printed beside it.
 
 With ``--ctranslate2`` the same weights also run in CTranslate2 (exported by
 ``nmt.interop.ctranslate2_export``, same beam, batch and threads), for its time per sentence beside ours.
+``--by-rows`` also prints the unprofiled search's steps by how many rows they had (the time from one step's start
+to the next's: the step, the search's work after it, and any refill's encoder pass and merge).
 
     python benchmarks/decoder_step_profile.py [--beam 5] [--batch-size 128] [--threads 2]
-        [--bf16 | --quantize int8|fp16] [--compile] [--ctranslate2]
+        [--bf16 | --quantize int8|fp16] [--compile] [--ctranslate2] [--by-rows]
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import torch
 from torch.autograd.profiler_util import FunctionEvent
 
 SCOPES = ("encoder", "decoder step", "search")
+ROW_RANGES = ((1, 8), (8, 16), (16, 40), (40, 80), (80, 129), (129, 641))  # --by-rows: [low, high) rows per step
 PRODUCTS = {"aten::addmm", "aten::mm", "aten::linear", "aten::matmul", "aten::mkldnn_linear",
             "quantized::linear_dynamic", "quantized::linear_dynamic_fp16", "aten::_mkldnn_linear",
             "mkldnn::_linear_pointwise"}  # the last: --bf16's packed weights
@@ -81,6 +84,17 @@ def scoped(name: str, fn: Callable[..., Any], counter: list[int] | None = None) 
     return wrapper
 
 
+def steps_by_rows(starts: list[tuple[int, float]], end: float) -> list[tuple[int, float]]:
+    """(steps, seconds) per ROW_RANGES range, from each step's (rows, start) and when the search ended (a step
+    lasts until the next one starts; the last, until the end)."""
+    ends = [when for _, when in starts[1:]] + [end]
+    out = []
+    for low, high in ROW_RANGES:
+        spans = [end - when for (rows, when), end in zip(starts, ends) if low <= rows < high]
+        out.append((len(spans), sum(spans)))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--peer", default=str(peer.SHARED / "peer" / "fairseq-m30k"), help="the fairseq model folder")
@@ -93,6 +107,7 @@ def main() -> None:
                     "--compile; two untimed passes compile it first. The compiled kernels are not ATen operators: "
                     "their time is in 'Python and dispatch', what is left of a scope's time")
     ap.add_argument("--ctranslate2", action="store_true", help="time CTranslate2 on the same weights too")
+    ap.add_argument("--by-rows", action="store_true", help="also the unprofiled search's steps by their row count")
     args = ap.parse_args()
 
     from omegaconf import OmegaConf
@@ -119,9 +134,18 @@ def main() -> None:
     ens, step_count = translator.ens, [0]
     ens.encode = scoped("encoder", ens.encode)  # type: ignore[method-assign]
     ens.step = scoped("decoder step", ens.step, step_count)  # type: ignore[method-assign]
+    starts: list[tuple[int, float]] = []  # (rows, when) of every decoder step of the last unprofiled search
+    counted_step = ens.step
+
+    def marked_step(tokens: torch.Tensor, *rest: Any, **kwargs: Any) -> Any:
+        starts.append((tokens.size(0), time.perf_counter()))
+        return counted_step(tokens, *rest, **kwargs)
+
+    ens.step = marked_step  # type: ignore[method-assign]
 
     def search_seconds(profiled: bool) -> tuple[float, int, Any]:
         step_count[0] = 0
+        starts.clear()
         plan = batch_by_size(dataset.src_sizes, None, max_tokens=None, max_sentences=args.batch_size, seed=None,
                              max_source_positions=translator.max_source_positions(), skip_invalid=False,
                              split="test")
@@ -140,6 +164,7 @@ def main() -> None:
     for _ in range(2 if args.compile else 1):  # warm-up: first-call costs (and compiling) are not a step's
         search_seconds(False)
     plain, steps, _ = search_seconds(False)
+    by_rows = steps_by_rows(starts, time.perf_counter()) if args.by_rows else []  # (the search just ended)
     profiled, _, prof = search_seconds(True)
 
     wall: dict[str, float] = defaultdict(float)  # scope -> µs (the outermost record_function events)
@@ -172,6 +197,13 @@ def main() -> None:
         for name, t in [*rows, ("Python and dispatch", python)]:
             print(f"| {scope}: {name} | {100 * t / total:.1f}% | {t / 1000 / steps:.3f} |")
         print(f"| **{scope}, all** | **{100 * own[scope] / total:.1f}%** | **{own[scope] / 1000 / steps:.3f}** |")
+
+    if by_rows:
+        print("| rows per step | steps | seconds | ms per step |")
+        print("|---|---:|---:|---:|")
+        for (low, high), (count, seconds) in zip(ROW_RANGES, by_rows):
+            if count:
+                print(f"| {low}-{high - 1} | {count} | {seconds:.2f} | {1000 * seconds / count:.2f} |")
 
     if args.ctranslate2:
         folder = peer.ctranslate2_folder(model, data_dir, work)
