@@ -6,7 +6,7 @@ with ``nmt-import-fairseq``; no fairseq install needed) on test_2016_flickr; ``-
 take any data-bin and checkpoint. Prints search speed (best and median of ``--repeats`` runs) and
 how many best hypotheses equal those of batch-by-batch search.
 
-    python benchmarks/generate_scheduling.py [--beam 5] [--bf16] [--repeats 3]
+    python benchmarks/generate_scheduling.py [--beam 5] [--bf16] [--repeats 3] [--defer-at 0.125,0.25]
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--defer-at", default="", help="more shares to defer at, comma-separated (e.g. 0.125,0.25)")
     args = ap.parse_args()
 
     import nmt.generation.search as search_module
@@ -70,6 +71,8 @@ def main() -> None:
     defaults = (search_module.REFILL_AT, search_module.DEFER_AT, getattr(search_cls, "refill", None))
     schedules = {"batch by batch": (0.0, 0.0, False), "defer the last 1/16": (0.0, defaults[1], False),
                  "refill at 1/2": (defaults[0], 0.0, True), "refill at 1/4": (0.25, 0.0, True)}
+    schedules.update({f"defer the last {float(share):g}": (0.0, float(share), False)
+                      for share in args.defer_at.split(",") if share})
 
     def run(schedule: tuple[float, float, bool]) -> tuple[float, dict[int, list[int]]]:
         search_module.REFILL_AT, search_module.DEFER_AT = schedule[0], schedule[1]
