@@ -92,6 +92,9 @@ def _restricted(window: int) -> tuple[str, ...]:
     return "--attention", "restricted", "--attention-window", str(window)
 
 
+# the lines of a --doc page between which the table goes
+DOC_BEGIN, DOC_END = "<!-- ablations table: written by examples/ablations.py --doc -->", "<!-- /ablations table -->"
+
 VARIANTS: dict[str, Variant] = {
     "base": Variant("base", "sinusoidal, 4 heads (d_k 64), dot-product, post-norm, P_drop 0.3, eps_ls 0.1", (),
                     Paper("base (N 6, d_model 512, 8 heads)", 4.92, 25.8)),
@@ -153,6 +156,8 @@ class AblationJob:
                               "best translation of every test sentence, for the paired bootstrap). It is small "
                               "enough to keep in git, so a study outlives the machine its checkpoints are on. "
                               "Empty: --out-dir.")
+    doc: str = opt("", "A Markdown page that shows the table itself (docs/ablations.md): its lines between "
+                       f"'{DOC_BEGIN}' and '{DOC_END}' are rewritten with table.md's text whenever table.md is.")
     gen_subset: str = opt("test", "Split translated for BLEU (beam 5).")
     jobs: int = opt(1, "Runs trained at the same time, sharing the cores (each gets cores / N threads). On a "
                        "2-core CPU two 1-thread runs made 1.2-1.4x the updates per hour of one 2-thread run on an "
@@ -540,7 +545,20 @@ def chosen(option: str, given: str, known: dict[str, Any], data: str) -> list[st
     return names
 
 
+def with_table(doc: str, table_text: str, path: str) -> str:
+    """``doc`` with the lines between its table markers replaced by ``table_text``."""
+    begin, end = doc.find(DOC_BEGIN + "\n"), doc.find("\n" + DOC_END)
+    if begin < 0 or end < begin:
+        raise UsageError(f"--doc {path}: no '{DOC_BEGIN}' line followed by a '{DOC_END}' line; add the two lines where "
+                         "the table goes")
+    return doc[:begin + len(DOC_BEGIN) + 1] + table_text.rstrip("\n") + doc[end:]
+
+
 def plan(job: AblationJob) -> list[str]:
+    if job.doc:  # refused before any training, not after the first run
+        if not Path(job.doc).is_file():
+            raise UsageError(f"--doc {job.doc}: no such file; give the Markdown page that shows the table")
+        with_table(Path(job.doc).read_text(encoding="utf-8"), "", job.doc)
     names = chosen("--variants", job.variants, VARIANTS, job.data)
     return ["base"] + [n for n in names if n != "base"]
 
@@ -559,10 +577,14 @@ def wanted(job: AblationJob, table: Table, names: list[str]) -> list[tuple[str, 
 
 
 def write_table(job: AblationJob, table: Table, record: Path) -> str:
-    """Write RECORD/table.md from every run in the record (whatever this run's --variants); returns its text."""
+    """Write RECORD/table.md from every run in the record (whatever this run's --variants), and the table's part
+    of --doc; returns its text."""
     shown = recorded(table)
     text = markdown(table, shown, job.gen_subset, bleu_p_values(job, table, shown))
     atomic_write_text(record / "table.md", text)
+    if job.doc:
+        page = Path(job.doc)
+        atomic_write_text(page, with_table(page.read_text(encoding="utf-8"), text, job.doc))
     return text
 
 

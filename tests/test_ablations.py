@@ -12,6 +12,7 @@ import pytest
 
 from nmt.errors import NmtError
 from tests.example_scripts import call, load_script
+from tests.repo_scripts import ROOT
 from tests.train_toy_data import make_toy_task
 
 TINY = ("--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 --decoder-embed-dim 32 "
@@ -91,6 +92,40 @@ def test_second_seeds_follow_a_complete_base_with_two_jobs(tmp_path, monkeypatch
     table = (tmp_path / "runs" / "table.md").read_text()
     assert call(module, [*argv[:2], "heads_8", *argv[3:]]) == 0  # a piece of the study: the table stays whole
     assert (tmp_path / "runs" / "table.md").read_text() == table and "| heads_1 |" in table
+
+
+def test_the_table_is_written_into_the_doc_page_between_its_markers(tmp_path, monkeypatch):
+    module = load_script("ablations")
+    fake_runs(module, monkeypatch, {"base": 5.0, "heads_1": 6.0})
+    page = tmp_path / "ablations.md"
+    page.write_text(f"# Study\n\n{module.DOC_BEGIN}\nan old table\n{module.DOC_END}\n\nprose after it\n")
+    argv = [tmp_path, "--variants", "heads_1", "--out-dir", tmp_path / "runs", "--doc", page]
+    assert call(module, argv) == 0
+    table = (tmp_path / "runs" / "table.md").read_text()
+    assert page.read_text() == f"# Study\n\n{module.DOC_BEGIN}\n{table.rstrip()}\n{module.DOC_END}\n\nprose after it\n"
+    assert call(module, argv) == 0 and page.read_text().count("| heads_1 |") == 1  # rewritten, not appended
+
+
+def test_the_ablations_page_shows_the_recorded_table():
+    module = load_script("ablations")
+    page = (ROOT / "docs" / "ablations.md").read_text(encoding="utf-8")
+    recorded = (ROOT / "docs" / "ablations" / "table.md").read_text(encoding="utf-8")
+    assert module.with_table(page, recorded, "docs/ablations.md") == page, (
+        "docs/ablations.md shows another table than docs/ablations/table.md: run python examples/ablations.py "
+        "data-bin/multi30k_en_de --precision bf16 --out-dir /work/ablations-runs --record-dir docs/ablations "
+        "--variants base --doc docs/ablations.md")
+
+
+@pytest.mark.parametrize("text", [None, "# Study without the markers\n"])
+def test_a_doc_page_without_its_markers_is_refused_before_any_run(tmp_path, monkeypatch, capsys, text):
+    module = load_script("ablations")
+    started = fake_runs(module, monkeypatch, {"base": 5.0, "heads_1": 6.0})
+    page = tmp_path / "ablations.md"
+    if text is not None:
+        page.write_text(text)
+    assert call(module, [tmp_path, "--variants", "heads_1", "--out-dir", tmp_path / "runs", "--doc", page]) == 2
+    assert f"--doc {page}" in capsys.readouterr().err and not started
+    assert not (tmp_path / "runs").exists() and (text is None or page.read_text() == text)
 
 
 def test_a_failed_run_keeps_the_others_and_starts_no_new_one(tmp_path, monkeypatch, capsys):
