@@ -58,7 +58,14 @@ QUICKSTART_CPU = (*PRE_NORM_LR_2E3, *TOKENS_1024, "--dropout", "0.2")  # example
 # of QUICKSTART_CPU there): the learning rate anneals within the budget, where inverse_sqrt is still at 0.26x the peak
 COSINE_30MIN = ("--lr-scheduler", "cosine", "--lr-period-updates", "6800")
 COSINE_15MIN = ("--lr-scheduler", "cosine", "--lr-period-updates", "3100")  # the same for 15 minutes (3,695 there)
-BEST_30MIN = (*QUICKSTART_CPU, *COSINE_30MIN, "--label-smoothing", "0.2")  # the best found: test BLEU 38.82
+BEST_30MIN = (*QUICKSTART_CPU, *COSINE_30MIN, "--label-smoothing", "0.2")  # the EPYC's best: test BLEU 38.82
+# the same half-cosine for the 2-core Xeon with AMX, whose 30 minutes make about 9,300 updates of BEST_30MIN (990 in
+# 3 minutes, 2026-11-28): ending at 7,300 there would leave the last fifth of the budget at a learning rate of 0
+COSINE_30MIN_AMX = ("--lr-scheduler", "cosine", "--lr-period-updates", "8800")
+BEST_30MIN_AMX = (*QUICKSTART_CPU, *COSINE_30MIN_AMX, "--label-smoothing", "0.2")
+# Shaw et al.'s relative-position self-attention in place of the sinusoids (docs/ablations.md, the attention row); with
+# BEST_30MIN_AMX the best found, test BLEU 40.26 (examples/multi30k_cpu_30min.yaml)
+RELATIVE = ("--attention", "relative", "--max-relative-position", "16", "--positional", "none")
 # name -> the flags that change the quickstart's recipe (the ensembles: two models, see ENSEMBLES)
 CANDIDATES: dict[str, tuple[str, ...]] = {
     "quickstart": (),
@@ -76,8 +83,10 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "pre_norm_lr_2e-3_tokens_1024_dropout_0.2_cosine_6800_ls_0.2": BEST_30MIN,
     # relative-position self-attention had the ablation study's lowest dev perplexity (5.43 against 5.75) and +1.1 BLEU
     # (p = 0.073) after 3,000 updates (docs/ablations.md, the attention row): on top of the best recipe so far
-    "pre_norm_lr_2e-3_tokens_1024_dropout_0.2_cosine_6800_ls_0.2_relative": (
-        *BEST_30MIN, "--attention", "relative", "--max-relative-position", "16", "--positional", "none"),
+    "pre_norm_lr_2e-3_tokens_1024_dropout_0.2_cosine_6800_ls_0.2_relative": (*BEST_30MIN, *RELATIVE),
+    # the two above with the cosine fitted to the AMX Xeon's 30 minutes
+    "pre_norm_lr_2e-3_tokens_1024_dropout_0.2_cosine_8800_ls_0.2": BEST_30MIN_AMX,
+    "pre_norm_lr_2e-3_tokens_1024_dropout_0.2_cosine_8800_ls_0.2_relative": (*BEST_30MIN_AMX, *RELATIVE),
     "pre_norm_lr_2e-3_tokens_1024_dropout_0.1": (*PRE_NORM_LR_2E3, *TOKENS_1024, "--dropout", "0.1"),
     "learned_positions": ("--positional", "learned"),
     "dropout_0.2": ("--dropout", "0.2"),

@@ -15,7 +15,7 @@ from nmt.generation.ensemble import EnsembleModel
 from nmt.generation.inference import fp32_attention_caches, load_ensemble
 from nmt.generation.search import build_search
 from nmt.models import build_model
-from nmt.models.attention import AttentionBase, explicit_attention
+from nmt.models.attention import AttentionBase
 from nmt.plugin_loader import load_plugins
 from nmt.registry import ATTENTION
 from test_generate_setup import make_checkpoint, make_data_bin, split_batches
@@ -29,14 +29,15 @@ SHAPE = dict(encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_layers=2, e
 
 @pytest.fixture
 def upcasting_attention(monkeypatch):
-    """The reference: scaled dot-product attention that upcasts a decoding step's bf16 inputs itself."""
+    """The reference: scaled dot-product attention that upcasts a decoding step's bf16 inputs itself, then attends
+    as it does in fp32 (the explicit product, or the fused kernel for a few rows: their roundings differ on some CPUs,
+    e.g. a Xeon with AMX, so the reference must choose between them as the fp32 cache's attention does)."""
     original = SDPA.attend
 
     def attend(self, q, k, v, key_padding_mask, causal, need_weights):
         if q.dtype == torch.bfloat16 and q.size(2) <= 16 and not torch.is_grad_enabled():
-            out, weights = explicit_attention(q.float(), k.float(), v.float(), key_padding_mask, causal, self.scale,
-                                              0.0, False)
-            return out.to(q.dtype), (weights if need_weights else None)
+            out, weights = original(self, q.float(), k.float(), v.float(), key_padding_mask, causal, need_weights)
+            return out.to(q.dtype), weights
         return original(self, q, k, v, key_padding_mask, causal, need_weights)
 
     monkeypatch.setattr(SDPA, "attend", attend)
