@@ -54,15 +54,21 @@ TINY_4X128 = ("--encoder-layers", "4", "--decoder-layers", "4", "--encoder-embed
 PRE_NORM_LR_2E3 = ("--encoder-normalize-before", "--decoder-normalize-before", "--lr", "2e-3")
 TOKENS_1024 = ("--max-tokens", "1024")  # the quickstart's batches since 2026-11-26 (examples/multi30k_cpu.yaml)
 QUICKSTART_CPU = (*PRE_NORM_LR_2E3, *TOKENS_1024, "--dropout", "0.2")  # examples/multi30k_cpu.yaml's recipe
-# a half-cosine from the peak to 0 that ends when a 30-minute budget does on the 2-core Xeon without AMX (7,358 updates
-# of QUICKSTART_CPU there): the learning rate anneals within the budget, where inverse_sqrt is still at 0.26x the peak
-COSINE_30MIN = ("--lr-scheduler", "cosine", "--lr-period-updates", "6800")
-COSINE_15MIN = ("--lr-scheduler", "cosine", "--lr-period-updates", "3100")  # the same for 15 minutes (3,695 there)
-BEST_30MIN = (*QUICKSTART_CPU, *COSINE_30MIN, "--label-smoothing", "0.2")  # the EPYC's best: test BLEU 38.82
-# the same half-cosine for the 2-core Xeon with AMX, whose 30 minutes make about 9,300 updates of BEST_30MIN (990 in
-# 3 minutes, 2026-11-28): ending at 7,300 there would leave the last fifth of the budget at a learning rate of 0
-COSINE_30MIN_AMX = ("--lr-scheduler", "cosine", "--lr-period-updates", "8800")
-BEST_30MIN_AMX = (*QUICKSTART_CPU, *COSINE_30MIN_AMX, "--label-smoothing", "0.2")
+
+
+def cosine(period_updates: int) -> tuple[str, ...]:
+    """A half-cosine from the peak to 0 over ``period_updates`` after the warmup: fitted to a budget, the learning rate
+    anneals within it, where inverse_sqrt ends 30 minutes at 0.26x the peak."""
+    return ("--lr-scheduler", "cosine", "--lr-period-updates", str(period_updates))
+
+
+LS_0_2 = ("--label-smoothing", "0.2")
+# the cosine's periods: the 30 (15) minutes of the 2-core Xeon without AMX, 7,358 (3,695) updates of QUICKSTART_CPU,
+# and those of the 2-core Xeon with AMX, about 9,300 (990 in 3 minutes, 2026-11-28), where ending at 7,300 would leave
+# the last fifth of the budget at a learning rate of 0
+COSINE_30MIN, COSINE_15MIN, COSINE_30MIN_AMX = cosine(6800), cosine(3100), cosine(8800)
+BEST_30MIN = (*QUICKSTART_CPU, *COSINE_30MIN, *LS_0_2)  # the EPYC's best: test BLEU 38.82
+BEST_30MIN_AMX = (*QUICKSTART_CPU, *COSINE_30MIN_AMX, *LS_0_2)
 # Shaw et al.'s relative-position self-attention in place of the sinusoids (docs/ablations.md, the attention row); with
 # BEST_30MIN_AMX the best found, test BLEU 40.26 (examples/multi30k_cpu_30min.yaml)
 RELATIVE = ("--attention", "relative", "--max-relative-position", "16", "--positional", "none")
@@ -90,7 +96,7 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "pre_norm_lr_2e-3_tokens_1024_dropout_0.1": (*PRE_NORM_LR_2E3, *TOKENS_1024, "--dropout", "0.1"),
     "learned_positions": ("--positional", "learned"),
     "dropout_0.2": ("--dropout", "0.2"),
-    "label_smoothing_0.2": ("--label-smoothing", "0.2"),
+    "label_smoothing_0.2": LS_0_2,
     "tokens_512": ("--max-tokens", "512"),
     "tokens_1024": TOKENS_1024,
     "tokens_2048": ("--max-tokens", "2048"),
