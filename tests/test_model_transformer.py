@@ -176,8 +176,28 @@ def test_plugin_names_are_recorded_and_restricted_stays_out_of_cross_attention()
         "cross_attention": "scaled_dot_product", "encoder_positional": "sinusoidal",
         "decoder_positional": "learned"}
     assert (model.max_source_positions, model.max_target_positions) == (64, 64)
-    with pytest.raises(ConfigError, match="cross-attention"):
-        tiny(cross_attention="restricted")
+
+
+@pytest.mark.parametrize("name", ["restricted", "relative", "self_only_user_plugin"])
+def test_cross_attention_naming_a_self_attention_only_plugin_is_refused_by_the_builder(name, monkeypatch):
+    """The flag alone is enough: a plugin (built-in or a user's) that sets supports_cross_attention = False
+    and checks nothing itself is refused at the encoder-decoder site, in one line naming the option."""
+    from nmt.models.attention import AttentionBase
+    from nmt.registry import ATTENTION, register_attention
+
+    if name not in ATTENTION:
+        monkeypatch.setattr(ATTENTION, "_entries", dict(ATTENTION._entries))  # registered for this test only
+
+        @register_attention(name)
+        class SelfOnly(AttentionBase):
+            supports_cross_attention = False
+
+    message = f"--cross-attention {name}: attention '{name}' is for self-attention only; choose another " \
+              "--cross-attention (e.g. scaled_dot_product)"
+    with pytest.raises(ConfigError) as refused:
+        tiny(cross_attention=name)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+    assert tiny(attention=name).plugin_names()["cross_attention"] == "scaled_dot_product"
 
 
 def test_learned_positions_past_the_table_are_a_clear_error():

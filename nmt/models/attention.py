@@ -131,7 +131,7 @@ class AttentionBase(nn.Module):
     queries, keys and values come from the same input."""
 
     # A plugin that only makes sense as self-attention sets this False; the builder then keeps
-    # the default attention for the encoder-decoder role unless --cross-attention names it.
+    # the default attention for the encoder-decoder role, and refuses --cross-attention naming it.
     supports_cross_attention = True
     # Whether each query's output depends only on that query and the keys (true of softmax attention).
     # Beam search then keeps one encoder-side cache row per sentence, shared by its beams: the
@@ -169,6 +169,9 @@ class AttentionBase(nn.Module):
         if self.key_dim != self.head_dim and not self.supports_key_dim:
             raise ConfigError(f"--attention-key-dim {key_dim}: attention {type(self).__name__} does not support "
                               f"a key size other than d_model / heads ({self.head_dim}); drop the option")
+        if not self_attention and not self.supports_cross_attention:
+            raise ConfigError(f"attention {type(self).__name__} is for self-attention only; choose another "
+                              "--cross-attention (e.g. scaled_dot_product)")
         self.self_attention = self_attention
         self.causal = causal
         self.dropout = dropout

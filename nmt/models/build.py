@@ -45,6 +45,9 @@ def _attention(group: dict[str, Any], site: str, dim: int, heads: int, dropout: 
     """The attention plugin of ``site``. ``key_dim`` (--attention-key-dim) is passed on only when it
     differs from d_model / heads, so a model without it is built exactly as before the option existed."""
     extra: dict[str, Any] = {}
+    if not self_attention and not ATTENTION.get(group["name"]).supports_cross_attention:
+        raise ConfigError(f"--{site}-attention {group['name']}: attention '{group['name']}' is for self-attention "
+                          f"only; choose another --{site}-attention (e.g. {DEFAULT_ATTENTION})")
     if key_dim is not None and key_dim != dim // heads:
         if not ATTENTION.get(group["name"]).supports_key_dim:
             raise ConfigError(f"--attention-key-dim {key_dim}: the {site} attention '{group['name']}' takes "

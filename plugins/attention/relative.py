@@ -27,7 +27,6 @@ import torch
 from torch import Tensor, nn
 
 from nmt.config.fields import opt
-from nmt.errors import ConfigError
 from nmt.models.attention import AttentionBase, allowed_mask, attention_weights
 from nmt.models.dropout import dropout
 from nmt.registry import register_attention
@@ -56,9 +55,6 @@ class RelativePositionAttention(AttentionBase):
 
     def __init__(self, cfg: RelativeConfig, embed_dim: int, num_heads: int, **kwargs: Any):
         super().__init__(cfg, embed_dim, num_heads, **kwargs)
-        if not self.self_attention:
-            raise ConfigError("--cross-attention relative: relative-position attention is for self-attention "
-                              "only; choose another --cross-attention (e.g. scaled_dot_product)")
         self.max_distance = cfg.max_relative_position
         buckets = 2 * self.max_distance + 1
         # a^K and a^V: one row per clipped distance -k..k, shared by the heads as in the paper.

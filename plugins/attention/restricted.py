@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nmt.config.fields import opt
-from nmt.errors import ConfigError
 from nmt.models.attention import AttentionBase, softmax_attention
 from nmt.registry import register_attention
 
@@ -44,9 +43,6 @@ class RestrictedAttention(AttentionBase):
 
     def __init__(self, cfg: RestrictedConfig, embed_dim: int, num_heads: int, **kwargs: Any):
         super().__init__(cfg, embed_dim, num_heads, **kwargs)
-        if not self.self_attention:
-            raise ConfigError("--cross-attention restricted: restricted attention is for self-attention only; "
-                              "choose another --cross-attention (e.g. scaled_dot_product)")
         self.window = cfg.attention_window
 
     def cache_append(self, cached: Optional[dict], k: Tensor, v: Tensor) -> tuple[dict, Tensor, Tensor]:
