@@ -157,11 +157,51 @@ def _unknown_key(schema: type, where: str, key: str) -> ConfigError:
     return ConfigError(f'{where}: unknown config key "{key}".{hint}')
 
 
+def _given_group(layer: dict[str, Any], path: str) -> dict[str, Any]:
+    """What ``layer`` (in :func:`_shorthand`'s form) sets for the plugin group at ``path``; {} if nothing."""
+    node: Any = layer
+    for part in path.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else {}
+
+
+def _drop_switched_options(schema: type, cfg: DictConfig, layer: dict[str, Any]) -> None:
+    """A layer that names another plugin for a group drops, from what the layers below it set there, the
+    options the new plugin does not take: they were the old plugin's (``--config run.yaml --attention
+    scaled_dot_product`` with the YAML's relative attention and its ``max_relative_position``). Options both
+    take carry over, as one flag serves every plugin that has it; an option given beside the new name, in
+    the same layer, is still checked. A site's group that inherits the switched one and names no plugin of
+    its own loses the old plugin's options too."""
+    fields = _plugin_group_fields(schema)
+    for path, f in fields.items():
+        name = _given_group(layer, path).get("name")
+        registry = REGISTRIES[f.metadata["plugin_group"]]
+        if name is None or name not in registry:  # an unknown name: the registry's error names it later
+            continue
+        parent = path.rsplit(".", 1)[0] + "." if "." in path else ""
+        inherits = f.metadata.get("inherit")
+        previous = _plain_group(cfg, path).get("name")
+        if previous is None and inherits:
+            previous = _plain_group(cfg, parent + inherits).get("name")
+        if previous is None or previous == name:
+            continue
+        takes = {pf.name for pf in dataclasses.fields(registry.config_class(name))} | {"name"}
+        sites = [p for p, g in fields.items() if g.metadata.get("inherit") == f.name and p.startswith(parent)
+                 and _plain_group(cfg, p).get("name") is None and _given_group(layer, p).get("name") is None]
+        for target in [path, *sites]:
+            before = _plain_group(cfg, target)
+            kept = {k: v for k, v in before.items() if k in takes}
+            if kept != before:
+                OmegaConf.update(cfg, target, kept, merge=False)
+
+
 def _merge(schema: type, layers: list[tuple[str, dict[str, Any]]]) -> DictConfig:
     cfg = OmegaConf.structured(schema)
     for where, layer in layers:
         try:
-            cfg = OmegaConf.merge(cfg, OmegaConf.create(_shorthand(schema, where, layer)))
+            given = _shorthand(schema, where, layer)
+            _drop_switched_options(schema, cfg, given)
+            cfg = OmegaConf.merge(cfg, OmegaConf.create(given))
         except ConfigKeyError as e:
             raise _unknown_key(schema, where, str(getattr(e, "full_key", None) or e)) from None
         except ValidationError as e:
