@@ -2,7 +2,10 @@
 against ``ctranslate2.specs`` so that nothing goes through fairseq or a converter of another toolkit.
 
 What maps exactly: scaled dot-product attention at every site (queries, keys and values of one size
-per head: --attention-key-dim other than d_model / heads is refused), post- or pre-norm (each side on its
+per head: --attention-key-dim other than d_model / heads is refused), or Shaw et al.'s relative-position
+self-attention (``relative``) on a side without absolute positions (``--positional none`` there), which
+is CTranslate2's ``relative_position`` (the same distance j - i clipped to [-k, k], tables shared by the
+heads, the position term scaled with the content term), post- or pre-norm (each side on its
 own, with the final LayerNorm of a pre-norm stack), relu or gelu, separate or shared embeddings and
 the tied output projection, the embedding scale (sqrt(d) or 1). Positions are exported as the model's
 own table (``positional(n)`` for n = --max-source/target-positions, whichever plugin computes it), so
@@ -37,7 +40,8 @@ from nmt.models.transformer import Embedder, TransformerDecoder, TransformerEnco
 
 WHO = "nmt-export --format ctranslate2"
 FALLBACK = "export with --format nmt instead"
-ATTENTION = ("scaled_dot_product",)  # the only attention CTranslate2 computes the same way
+ATTENTION = ("scaled_dot_product",)  # the only attention CTranslate2 computes the same way at every site
+RELATIVE = "relative"  # self-attention CTranslate2 computes the same way, on a side without absolute positions
 POSITIONAL = ("sinusoidal", "fairseq_sinusoidal", "learned")  # absolute tables added to the embeddings
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU"}  # CTranslate2's GELU is the erf form, as F.gelu
 ROLES = {"encoder_attention": "encoder self-attention", "decoder_attention": "decoder self-attention",
@@ -49,11 +53,12 @@ def unsupported(model: nn.Module) -> str | None:
     """What of ``model`` CTranslate2 cannot run, worded for an error message (None: nothing)."""
     if not isinstance(model, TransformerModel):
         return f"the model is a {type(model).__name__}, not nmt's TransformerModel, which CTranslate2 cannot run"
-    for role, name in model.plugin_names().items():
-        allowed = ATTENTION if role.endswith("_attention") else POSITIONAL
+    names = model.plugin_names()
+    for role, name in names.items():
+        allowed, beside = _allowed(role, names)
         if name not in allowed:
-            return (f"the model's {ROLES.get(role, role)} is '{name}', which CTranslate2 cannot run (it runs "
-                    f"{' or '.join(allowed)})")
+            return (f"the model's {ROLES.get(role, role)} is '{name}', which CTranslate2 cannot run{beside} (it "
+                    f"runs {' or '.join(allowed)})")
     for attn in model.modules():
         if isinstance(attn, AttentionBase) and attn.key_dim != attn.head_dim:
             return (f"the model's attention key size d_k is {attn.key_dim} (--attention-key-dim), not d_model / "
@@ -62,6 +67,24 @@ def unsupported(model: nn.Module) -> str | None:
     if activation not in ACTIVATIONS:
         return f"the model's activation is '{activation}', which CTranslate2 cannot run (it runs relu or gelu)"
     return None
+
+
+def _allowed(role: str, names: dict[str, str]) -> tuple[tuple[str, ...], str]:
+    """The plugins CTranslate2 runs at ``role`` (a key of ``plugin_names()``) given the model's others, and
+    the condition that narrowed them, worded for the error."""
+    if role == "cross_attention":
+        return ATTENTION, ""
+    if role.endswith("_attention"):
+        return (*ATTENTION, RELATIVE), ""
+    if names.get(role.replace("_positional", "_attention")) == RELATIVE:
+        return ("none",), " beside relative-position self-attention"
+    return POSITIONAL, ""
+
+
+def _relative_sides(model: TransformerModel) -> set[str]:
+    """The sides ("encoder", "decoder") whose self-attention is relative-position attention."""
+    return {site.split("_")[0] for site, name in model.plugin_names().items() if site.endswith("_attention")
+            and name == RELATIVE}
 
 
 def check_exportable(model: nn.Module, src_dict: Dictionary, tgt_dict: Dictionary) -> None:
@@ -109,12 +132,17 @@ def _set_norm(spec: Any, norm: nn.LayerNorm) -> None:
     spec.beta = _array(norm.bias)
 
 
-def _set_attention(spec: Any, attn: AttentionBase, residual: Residual) -> None:
-    """One attention sub-layer: our Q|K|V (self) or K|V (cross) projections are fused in CTranslate2's order."""
+def _set_attention(spec: Any, attn: AttentionBase, residual: Residual, relative: bool = False) -> None:
+    """One attention sub-layer: our Q|K|V (self) or K|V (cross) projections are fused in CTranslate2's order;
+    ``relative``: also the a^K and a^V tables, one row per clipped distance -k..k (CTranslate2 reads k from
+    their size)."""
     projections = [attn.qkv_proj] if attn.self_attention else [attn.q_proj, attn.kv_proj]
     for linear_spec, linear in zip(spec.linear, [*projections, attn.out_proj]):
         _set_linear(linear_spec, linear)
     _set_norm(spec.layer_norm, residual.norm)
+    if relative:
+        spec.relative_position_keys = _array(cast(torch.Tensor, attn.relative_keys))  # (2k+1, d_k)
+        spec.relative_position_values = _array(cast(torch.Tensor, attn.relative_values))  # (2k+1, d_v)
 
 
 def _set_ffn(spec: Any, ffn: FeedForward, residual: Residual) -> None:
@@ -123,12 +151,14 @@ def _set_ffn(spec: Any, ffn: FeedForward, residual: Residual) -> None:
     _set_norm(spec.layer_norm, residual.norm)
 
 
-def _set_inputs(spec: Any, embeddings: Any, embedder: Embedder, max_positions: int) -> None:
-    """Token embeddings, their scale, and positions 0 .. max_positions-1 exactly as the model adds them."""
+def _set_inputs(spec: Any, embeddings: Any, embedder: Embedder, max_positions: int, relative: bool) -> None:
+    """Token embeddings, their scale, and positions 0 .. max_positions-1 exactly as the model adds them (none
+    beside relative-position attention)."""
     embeddings.weight = _array(embedder.embed_tokens.weight)
     spec.scale_embeddings = float(embedder.scale)
-    with torch.no_grad():
-        spec.position_encodings.encodings = _array(embedder.positional(max_positions, 0))  # (max, C)
+    if not relative:
+        with torch.no_grad():
+            spec.position_encodings.encodings = _array(embedder.positional(max_positions, 0))  # (max, C)
 
 
 def _set_final_norm(spec: Any, norm: nn.LayerNorm | None) -> None:
@@ -150,32 +180,34 @@ def _activation(name: str) -> Any:
     return getattr(common_spec.Activation, ACTIVATIONS[name])
 
 
-def _encoder_spec(encoder: TransformerEncoder, cfg: Any) -> Any:
+def _encoder_spec(encoder: TransformerEncoder, cfg: Any, relative: bool) -> Any:
     from ctranslate2.specs import transformer_spec
 
     layers = cast(list[EncoderLayer], list(encoder.layers))
     spec = transformer_spec.TransformerEncoderSpec(len(layers), layers[0].self_attn.num_heads,
                                                    pre_norm=encoder.final_norm is not None,
-                                                   activation=_activation(cfg.activation_fn))
-    _set_inputs(spec, spec.embeddings[0], encoder.embedder, int(cfg.max_source_positions))
+                                                   activation=_activation(cfg.activation_fn),
+                                                   relative_position=relative)
+    _set_inputs(spec, spec.embeddings[0], encoder.embedder, int(cfg.max_source_positions), relative)
     for layer_spec, layer in zip(spec.layer, layers):
-        _set_attention(layer_spec.self_attention, layer.self_attn, layer.attn_res)
+        _set_attention(layer_spec.self_attention, layer.self_attn, layer.attn_res, relative)
         _set_ffn(layer_spec.ffn, layer.ffn, layer.ffn_res)
     _set_final_norm(spec, encoder.final_norm)
     return spec
 
 
-def _decoder_spec(decoder: TransformerDecoder, cfg: Any) -> Any:
+def _decoder_spec(decoder: TransformerDecoder, cfg: Any, relative: bool) -> Any:
     from ctranslate2.specs import transformer_spec
 
     layers = cast(list[DecoderLayer], list(decoder.layers))
     spec = transformer_spec.TransformerDecoderSpec(len(layers), layers[0].self_attn.num_heads,
                                                    pre_norm=decoder.final_norm is not None,
-                                                   activation=_activation(cfg.activation_fn))
-    _set_inputs(spec, spec.embeddings, decoder.embedder, int(cfg.max_target_positions))
+                                                   activation=_activation(cfg.activation_fn),
+                                                   relative_position=relative)
+    _set_inputs(spec, spec.embeddings, decoder.embedder, int(cfg.max_target_positions), relative)
     spec.projection.weight = _array(decoder.output_weight)  # no bias; a tied matrix is stored once (aliased)
     for layer_spec, layer in zip(spec.layer, layers):
-        _set_attention(layer_spec.self_attention, layer.self_attn, layer.self_res)
+        _set_attention(layer_spec.self_attention, layer.self_attn, layer.self_res, relative)
         _set_attention(layer_spec.attention, layer.cross_attn, layer.cross_res)
         _set_ffn(layer_spec.ffn, layer.ffn, layer.ffn_res)
     _set_final_norm(spec, decoder.final_norm)
@@ -186,8 +218,9 @@ def build_spec(model: TransformerModel, src_dict: Dictionary, tgt_dict: Dictiona
     """The ``ctranslate2.specs.TransformerSpec`` of ``model``, its vocabularies and special symbols set."""
     from ctranslate2.specs import transformer_spec
 
-    spec = transformer_spec.TransformerSpec(_encoder_spec(model.encoder, model.cfg),
-                                            _decoder_spec(model.decoder, model.cfg))
+    relative = _relative_sides(model)
+    spec = transformer_spec.TransformerSpec(_encoder_spec(model.encoder, model.cfg, "encoder" in relative),
+                                            _decoder_spec(model.decoder, model.cfg, "decoder" in relative))
     spec.register_source_vocabulary(list(src_dict.symbols))
     spec.register_target_vocabulary(list(tgt_dict.symbols))
     config = spec.config
