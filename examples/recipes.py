@@ -93,6 +93,8 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     # the two above with the cosine fitted to the AMX Xeon's 30 minutes
     "pre_norm_lr_2e-3_tokens_1024_dropout_0.2_cosine_8800_ls_0.2": BEST_30MIN_AMX,
     "pre_norm_lr_2e-3_tokens_1024_dropout_0.2_cosine_8800_ls_0.2_relative": (*BEST_30MIN_AMX, *RELATIVE),
+    # the two changes of the best 30-minute recipe that need no fitting to the machine, for the 15-minute quickstart
+    "pre_norm_lr_2e-3_tokens_1024_dropout_0.2_ls_0.2_relative": (*QUICKSTART_CPU, *LS_0_2, *RELATIVE),
     "pre_norm_lr_2e-3_tokens_1024_dropout_0.1": (*PRE_NORM_LR_2E3, *TOKENS_1024, "--dropout", "0.1"),
     "learned_positions": ("--positional", "learned"),
     "dropout_0.2": ("--dropout", "0.2"),
