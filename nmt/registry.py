@@ -129,6 +129,10 @@ class Registry:
     def config_class(self, name: str) -> type:
         return self.entry(name).config
 
+    def option_names(self, name: str) -> set[str]:
+        """The options plugin ``name`` takes (its config dataclass's fields)."""
+        return {f.name for f in dataclasses.fields(self.config_class(name))}
+
     def options(self, name: str, options: Any = None, *, flag: str | None = None, where: str = "",
                 flag_prefix: str = "") -> Any:
         """Plugin ``name``'s config dataclass filled from ``options`` (a dict, which may hold

@@ -185,7 +185,7 @@ def _drop_switched_options(schema: type, cfg: DictConfig, layer: dict[str, Any])
             previous = _plain_group(cfg, parent + inherits).get("name")
         if previous is None or previous == name:
             continue
-        takes = {pf.name for pf in dataclasses.fields(registry.config_class(name))} | {"name"}
+        takes = registry.option_names(name) | {"name"}
         sites = [p for p, g in fields.items() if g.metadata.get("inherit") == f.name and p.startswith(parent)
                  and _plain_group(cfg, p).get("name") is None and _given_group(layer, p).get("name") is None]
         for target in [path, *sites]:
@@ -252,10 +252,9 @@ def _check_option_names(kind: str, name: str, group: dict[str, Any], f: dataclas
     """An option the chosen plugin does not take: name the plugins that do, and the per-site flags
     (``--attention-window`` given with ``--encoder-attention restricted`` belongs to --attention's plugin)."""
     registry = REGISTRIES[kind]
-    known = {pf.name for pf in dataclasses.fields(registry.config_class(name))} if name in registry else set()
+    known = registry.option_names(name) if name in registry else set()
     for key in sorted(set(group) - known - {"name"}):
-        owners = [n for n in registry.choices()
-                  if key in {pf.name for pf in dataclasses.fields(registry.config_class(n))}]
+        owners = [n for n in registry.choices() if key in registry.option_names(n)]
         if not owners:
             continue  # a plain unknown key: the plugin's own check says so, with the known ones
         flag = "--" + key.replace("_", "-")

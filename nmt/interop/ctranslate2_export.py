@@ -83,8 +83,8 @@ def _allowed(role: str, names: dict[str, str]) -> tuple[tuple[str, ...], str]:
 
 def _relative_sides(model: TransformerModel) -> set[str]:
     """The sides ("encoder", "decoder") whose self-attention is relative-position attention."""
-    return {site.split("_")[0] for site, name in model.plugin_names().items() if site.endswith("_attention")
-            and name == RELATIVE}
+    names = model.plugin_names()
+    return {side for side in ("encoder", "decoder") if names[f"{side}_attention"] == RELATIVE}
 
 
 def check_exportable(model: nn.Module, src_dict: Dictionary, tgt_dict: Dictionary) -> None:
