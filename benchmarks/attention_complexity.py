@@ -3,7 +3,7 @@ sequence lengths 128 .. 4096: the shape of the paper's Table 1 (full attention ~
 ~n*r). Prints a table and the fitted log-log slopes, and saves a log-log plot when matplotlib is
 installed.
 
-    python benchmarks/attention_complexity.py [--dim 256 --heads 4 --window 32 --png out.png]
+    python -m benchmarks run attention_complexity [--dim 256 --heads 4 --window 32 --png out.png]
 
 Peak memory is what the CPU allocator handed out during the step (torch profiler), above what
 existed before it. The fused scaled-dot-product kernel never stores the n x n matrix, so its
@@ -13,6 +13,7 @@ that materialises it, which is the paper's O(n^2) memory.
 
 from __future__ import annotations
 
+import argparse  # a benchmark script, not an nmt command: no config dataclass needed
 import json
 import math
 import statistics
@@ -20,7 +21,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import click
 import torch
 from torch.profiler import ProfilerActivity, profile
 
@@ -106,37 +106,39 @@ def plot(results: dict[str, list[tuple[int, float, int]]], path: Path, window: i
     print(f"plot saved to {path}")
 
 
-@click.command()
-@click.option("--dim", default=256, help="d_model.")
-@click.option("--heads", default=4, help="Attention heads.")
-@click.option("--window", default=32, help="restricted attention's r.")
-@click.option("--max-n", default=4096, help="Longest sequence length.")
-@click.option("--threads", default=1, help="torch threads (1 is steadier on a busy machine).")
-@click.option("--png", default="attention_complexity.png", type=click.Path(dir_okay=False), help="Plot file.")
-def main(dim: int, heads: int, window: int, max_n: int, threads: int, png: str) -> None:
-    torch.set_num_threads(threads)
+def main(argv: list[str]) -> str:
+    ap = argparse.ArgumentParser(prog="attention_complexity", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dim", type=int, default=256, help="d_model")
+    ap.add_argument("--heads", type=int, default=4, help="attention heads")
+    ap.add_argument("--window", type=int, default=32, help="restricted attention's r")
+    ap.add_argument("--max-n", type=int, default=4096, help="longest sequence length")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is steadier on a busy machine)")
+    ap.add_argument("--budget", type=float, default=1.5, help="seconds of repeats per measurement (at most 5 runs)")
+    ap.add_argument("--png", default="attention_complexity.png", help="plot file [default: %(default)s]")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     load_plugins()
     results: dict[str, list[tuple[int, float, int]]] = {}
-    print(f"d_model {dim}, {heads} heads, batch 1, r = {window}, {threads} threads, fp32")
+    print(f"d_model {args.dim}, {args.heads} heads, batch 1, r = {args.window}, {args.threads} threads, fp32")
     print(f"{'attention':28} {'n':>6} {'fwd+bwd ms':>11} {'peak MiB':>9}")
     for label, name, need_weights, longest in VARIANTS:
-        options = {"attention_window": window} if name == "restricted" else {}
-        layer = ATTENTION.build(name, options, dim, heads, self_attention=True, causal=False, dropout=0.0)
-        for n in (n for n in LENGTHS if n <= min(longest, max_n)):
-            x = torch.randn(1, n, dim, requires_grad=True)
-            seconds = time_step(layer, x, need_weights)
+        options = {"attention_window": args.window} if name == "restricted" else {}
+        layer = ATTENTION.build(name, options, args.dim, args.heads, self_attention=True, causal=False, dropout=0.0)
+        for n in (n for n in LENGTHS if n <= min(longest, args.max_n)):
+            x = torch.randn(1, n, args.dim, requires_grad=True)
+            seconds = time_step(layer, x, need_weights, args.budget)
             peak = peak_bytes(layer, x, need_weights)
             results.setdefault(label, []).append((n, seconds, peak))
             print(f"{label:28} {n:>6} {seconds * 1e3:>11.1f} {peak / 2**20:>9.1f}", flush=True)
     print("\nlog-log slopes over n >= 512 (time ~ n^k, memory ~ n^k; Table 1: full 2, restricted 1)")
+    slopes = []
     for label, rows in results.items():
         tail = [r for r in rows if r[0] >= 512] if len([r for r in rows if r[0] >= 512]) >= 2 else rows
         ns = [r[0] for r in tail]
-        print(f"{label:28} time k = {slope(ns, [r[1] for r in tail]):.2f}   "
-              f"memory k = {slope(ns, [r[2] for r in tail]):.2f}")
-    plot(results, Path(png), window)
-
-
-if __name__ == "__main__":
-    main()
+        time_k, memory_k = slope(ns, [r[1] for r in tail]), slope(ns, [r[2] for r in tail])
+        slopes.append(f"{label} {time_k:.2f} / {memory_k:.2f}")
+        print(f"{label:28} time k = {time_k:.2f}   memory k = {memory_k:.2f}")
+    plot(results, Path(args.png), args.window)
+    return "log-log slopes, time / memory: " + ", ".join(slopes)

@@ -2,7 +2,8 @@
 sentence and the "translated N sentences ... (X sentences/s)" line of the search time.
 
 Imports only ``ctranslate2`` (not torch, not nmt), so that a measured process holds what a deployment
-of CTranslate2 holds. Each line is fed as its tokens plus ``</s>``, as nmt's encoder reads a sentence
+of CTranslate2 holds: the benchmarks run it by its path, not as a module of their package (whose ``__init__``
+imports nmt). Each line is fed as its tokens plus ``</s>``, as nmt's encoder reads a sentence
 (docs/ctranslate2.md); ``--suppress`` names tokens never produced (nmt's search rules:
 ``nmt.interop.ctranslate2_export.suppressed_symbols``).
 

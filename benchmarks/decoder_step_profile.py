@@ -3,7 +3,8 @@ linear layers and the output projection), attention, the log-softmax over the vo
 cache reordering, other operations, and Python (with the dispatcher) between them.
 
 The search is nmt-generate's (the same batches, the same streaming schedule) on the imported fairseq
-peer model and test_2016_flickr, in fp32 unless ``--bf16`` or ``--quantize int8`` (or ``fp16``).
+peer model and test_2016_flickr (``--peer``), or any checkpoint and data-bin (``--data``/``--path``), in fp32 unless
+``--bf16`` or ``--quantize int8`` (or ``fp16``).
 Three scopes are timed apart:
 the encoder (``EnsembleModel.encode``), the decoder step (``EnsembleModel.step``: embedding, layers,
 output projection, log-softmax) and the search's own work around it (choosing beams, reordering,
@@ -13,12 +14,13 @@ scope's wall time is Python and dispatch. The profiler adds a few microseconds p
 land in that last share: the unprofiled run's time is printed beside it.
 
 With ``--ctranslate2`` the same weights also run in CTranslate2 (exported by
-``nmt.interop.ctranslate2_export``, same beam, batch and threads), for its time per sentence beside ours.
+``nmt.interop.ctranslate2_export``, same beam, batch and threads), for its time per sentence beside ours (skipped,
+with a line saying so, when CTranslate2 is not installed).
 ``--by-rows`` also prints the unprofiled search's steps by how many rows they had (the time from one step's start
 to the next's: the step, the search's work after it, and any refill's encoder pass and merge).
 
-    python benchmarks/decoder_step_profile.py [--beam 5] [--batch-size 128] [--threads 2]
-        [--bf16 | --quantize int8|fp16] [--compile] [--ctranslate2] [--by-rows]
+    python -m benchmarks run decoder_step_profile [--peer DIR | --data BIN --path CKPT] [--beam 5]
+        [--batch-size 128] [--threads 2] [--bf16 | --quantize int8|fp16] [--compile] [--ctranslate2] [--by-rows]
 """
 
 from __future__ import annotations
@@ -26,16 +28,18 @@ from __future__ import annotations
 import argparse  # a benchmark script, not an nmt command: no config dataclass needed
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
-import generate_vs_fairseq as peer  # noqa: E402  (the peer model, its import and CTranslate2 runs)
 import torch
 from torch.autograd.profiler_util import FunctionEvent
+
+from benchmarks import add_model_arguments, bpe_source, has_ctranslate2, model_inputs
+from benchmarks.generate_vs_fairseq import CT2_COMPUTE_TYPES, SPEED, ctranslate2_command, ctranslate2_export
+from nmt.errors import NmtError
 
 SCOPES = ("encoder", "decoder step", "search")
 ROW_RANGES = ((1, 8), (8, 16), (16, 40), (40, 80), (80, 129), (129, 641))  # --by-rows: [low, high) rows per step
@@ -59,8 +63,8 @@ CATEGORIES: list[tuple[str, Callable[[str], bool]]] = [
 def category(event: FunctionEvent, vocab: int) -> str:
     """The share an operator's self time goes to."""
     if event.name in PRODUCTS:
-        shapes = [tuple(s) for s in (event.input_shapes or []) if s]
-        return "output projection" if any(vocab in s for s in shapes) else "linear layers"
+        shapes = cast(list[list[int]], event.input_shapes or [])  # one shape per input
+        return "output projection" if any(vocab in s for s in shapes if s) else "linear layers"
     for name, matches in CATEGORIES:
         if matches(event.name):
             return name
@@ -95,9 +99,11 @@ def steps_by_rows(starts: list[tuple[int, float]], end: float) -> list[tuple[int
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--peer", default=str(peer.SHARED / "peer" / "fairseq-m30k"), help="the fairseq model folder")
+def main(argv: list[str]) -> str:
+    ap = argparse.ArgumentParser(prog="decoder_step_profile", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_arguments(ap)
+    ap.add_argument("--split", default="test", help="the split to translate [default: %(default)s]")
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
@@ -108,8 +114,17 @@ def main() -> None:
                     "their time is in 'Python and dispatch', what is left of a scope's time")
     ap.add_argument("--ctranslate2", action="store_true", help="time CTranslate2 on the same weights too")
     ap.add_argument("--by-rows", action="store_true", help="also the unprofiled search's steps by their row count")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
+    from nmt.plugin_loader import load_plugins
+
+    load_plugins()
+    with tempfile.TemporaryDirectory(prefix="nmt_step_profile_") as tmp:
+        return profile(args, Path(tmp))
+
+
+def profile(args: argparse.Namespace, work: Path) -> str:
+    """Profile the search as the module says; returns the figures' line."""
     from omegaconf import OmegaConf
 
     from nmt.config.generate import GenerateJob
@@ -117,17 +132,15 @@ def main() -> None:
     from nmt.data.batching import batch_by_size
     from nmt.data.language_pair_dataset import load_language_pair
     from nmt.generation.inference import make_translator, open_data_dir, source_batches
-    from nmt.plugin_loader import load_plugins
 
-    load_plugins()
-    work = Path(tempfile.mkdtemp(prefix="nmt_step_profile_"))
-    data_dir, model = peer.import_peer(Path(args.peer), work)
+    data_dir, model, _ = model_inputs(args.data, args.path, args.peer, work)
     cfg = OmegaConf.to_object(resolve_config(GenerateJob, overrides=[
         f"data={data_dir}", f"inference.path={model}", f"generation.beam={args.beam}",
         f"inference.threads={args.threads}", f"inference.quantize={args.quantize}",
         f"inference.bf16={args.bf16}", f"inference.compile={args.compile}"]))
+    assert isinstance(cfg, GenerateJob)
     data = open_data_dir(cfg.data, None, None)
-    dataset = load_language_pair(str(data.path), "test", data.src, data.tgt)
+    dataset = load_language_pair(str(data.path), args.split, data.src, data.tgt)
     vocab = len(data.tgt_dict)
 
     translator = make_translator(cfg.generation, cfg.inference, data, cfg.common.seed)  # one: compiled once
@@ -149,7 +162,7 @@ def main() -> None:
         starts.clear()
         plan = batch_by_size(dataset.src_sizes, None, max_tokens=None, max_sentences=args.batch_size, seed=None,
                              max_source_positions=translator.max_source_positions(), skip_invalid=False,
-                             split="test")
+                             split=args.split)
         prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) \
             if profiled else None
         start = time.perf_counter()
@@ -183,11 +196,11 @@ def main() -> None:
     total = wall["search"]
     precision = ("bf16" if args.bf16 else "fp32" if args.quantize == "none" else args.quantize) + \
         (", compiled" if args.compile else "")
-    print(f"test_2016_flickr, {len(dataset)} sentences, beam {args.beam}, batch {args.batch_size}, "
+    print(f"{data_dir} {args.split}, {len(dataset)} sentences, beam {args.beam}, batch {args.batch_size}, "
           f"{args.threads} threads, {precision}, {steps} decoder steps")
     print(f"search: {plain:.2f} s unprofiled ({len(dataset) / plain:.1f} sentences/s, "
           f"{1000 * plain / steps:.2f} ms per step), {profiled:.2f} s under the profiler")
-    if profiled > 2 * plain:  # seen on a 2-core Xeon with two threads: 9.5x, large operators several times slower
+    if profiled > 2 * plain:  # with two threads on two cores the profiler can slow large operators several times
         print(f"warning: the profiler slowed the search {profiled / plain:.1f}x; the shares below are distorted (time "
               "single operators without it, or profile with --threads 1)")
     print("| scope | share | ms per step (profiled) |")
@@ -206,23 +219,26 @@ def main() -> None:
             if count:
                 print(f"| {low}-{high - 1} | {count} | {seconds:.2f} | {1000 * seconds / count:.2f} |")
 
-    if args.ctranslate2:
-        folder = peer.ctranslate2_folder(model, data_dir, work)
-        if folder is None:
-            sys.exit("decoder_step_profile: --ctranslate2 needs the ctranslate2 package "
-                     "(pip install 'nmt[ctranslate2]')")
-        # its default backend on Intel CPUs is MKL; oneDNN (CT2_USE_MKL=0) was 3x faster on the AMX Xeon
-        runs = [(compute, "", {}) for compute in peer.CT2_COMPUTE_TYPES]
+    figures = (f"{precision} beam {args.beam}: {len(dataset) / plain:.1f} sentences/s, {1000 * plain / steps:.2f} ms "
+               "per step; " + ", ".join(f"{scope} {100 * own[scope] / total:.0f}%" for scope in SCOPES))
+    if args.ctranslate2 and not has_ctranslate2():
+        print("CTranslate2: not installed (pip install 'nmt[ctranslate2]'): skipped")
+    elif args.ctranslate2:
+        folder, suppress = ctranslate2_export(model, data_dir, work)
+        source = bpe_source(data_dir, args.split, work / "source.bpe")
+        # its default backend on Intel CPUs is MKL; its oneDNN backend (CT2_USE_MKL=0) can be several times faster
+        runs: list[tuple[str, str, dict[str, str]]] = [(compute, "", {}) for compute in CT2_COMPUTE_TYPES]
         runs.append(("float32", ", oneDNN", {"CT2_USE_MKL": "0"}))
         for compute, backend, env in runs:
-            out = subprocess.run(peer.ctranslate2_command(folder, Path(args.peer) / "test_2016_flickr.bpe.en", compute,
-                                                     args.beam, args.batch_size, args.threads),
-                                 capture_output=True, text=True, check=True, env={**os.environ, **env})
-            m = peer.SPEED.search(out.stderr)
-            seconds = float(m.group(2)) if m else float("nan")
+            out = subprocess.run(ctranslate2_command(folder, source, compute, args.beam, args.batch_size, args.threads,
+                                                     suppress),
+                                 capture_output=True, text=True, env={**os.environ, **env})
+            m = SPEED.search(out.stderr)
+            if out.returncode or not m:
+                last = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
+                raise NmtError(f"CTranslate2 {compute}{backend} failed: {last}")
+            seconds = float(m.group(2))
             print(f"CTranslate2 {compute}{backend}: {seconds:.2f} s ({len(dataset) / seconds:.1f} sentences/s), "
                   f"{plain / seconds:.2f}x nmt's time; at nmt's step count {1000 * seconds / steps:.2f} ms per step")
-
-
-if __name__ == "__main__":
-    main()
+            figures += f"; CTranslate2 {compute}{backend} {len(dataset) / seconds:.1f} sentences/s"
+    return figures

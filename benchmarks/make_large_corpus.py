@@ -13,23 +13,26 @@ dozens of times: a model trained on this learns little. What it gives is a corpu
 (WMT14 en-de has 4.5M pairs) with a real vocabulary and length distribution, the same for every run
 (seeded), for timing nmt-preprocess, training start-up and data loading against fairseq.
 
-    python benchmarks/make_large_corpus.py --pairs 5000000 --out /tmp/big   # writes train.{en,de} (plain
+    python -m benchmarks run make_large_corpus --pairs 5000000 --out /tmp/big   # writes train.{en,de} (plain
     # text), and Multi30k's val and test_2016_flickr as valid.{en,de} and test.{en,de}
 
-Memory stays at the pool (~20 MB of text): rounds are written as they are made.
+Memory stays at the pool (~20 MB of text): rounds are written as they are made. A source missing from ``--data`` is
+left out (with a line saying so); Multi30k's val and test_2016_flickr must be there.
 """
 
 from __future__ import annotations
 
+import argparse  # a benchmark script, not an nmt command: no config dataclass needed
 import gzip
 import time
 from pathlib import Path
 
-import click
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-DATA = HERE.parent.parent / "shared" / "data"
+from benchmarks import SHARED, existing
+from nmt.errors import DataError, UsageError
+
+DATA = SHARED / "data"
 SOURCES = [  # (folder, split prefix): German-English pairs, line i of .de and .en aligned
     ("multi30k", "train"), ("bible", "train"), ("bible", "valid"), ("wmt-newstest-de-en", "valid"),
     ("wmt-newstest-de-en", "test"), ("iwslt14-de-en", "valid"), ("iwslt14-de-en", "test"),
@@ -45,13 +48,19 @@ def read_lines(path: Path) -> list[str]:
 
 
 def pool(data: Path) -> list[tuple[str, str]]:
-    """Every (en, de) pair of SOURCES, empty lines left out."""
+    """Every (en, de) pair of the SOURCES found in ``data``, empty lines left out."""
     pairs: list[tuple[str, str]] = []
     for folder, split in SOURCES:
-        en, de = (read_lines(data / folder / f"{split}.{lang}.gz") for lang in LANGS)
+        files = [data / folder / f"{split}.{lang}.gz" for lang in LANGS]
+        if not all(f.is_file() for f in files):
+            print(f"make_large_corpus: {data / folder}/{split}.{{en,de}}.gz not found: left out")
+            continue
+        en, de = (read_lines(f) for f in files)
         if len(en) != len(de):
-            raise click.ClickException(f"{data / folder}/{split}: {len(en)} English but {len(de)} German lines")
+            raise DataError(f"{data / folder}/{split}: {len(en)} English but {len(de)} German lines")
         pairs.extend((e, d) for e, d in zip(en, de) if e.strip() and d.strip())
+    if not pairs:
+        raise UsageError(f"--data {data}: none of the sources is there ({', '.join(f'{f}/{s}' for f, s in SOURCES)})")
     return pairs
 
 
@@ -92,23 +101,28 @@ def perturbed_round(pairs: list[tuple[str, str]], rng: np.random.Generator) -> l
     return out
 
 
-@click.command()
-@click.option("--pairs", default=5_000_000, show_default=True, help="Training pairs to write.")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder to write (created).")
-@click.option("--seed", default=1, show_default=True)
-@click.option("--data", default=str(DATA), show_default=True, type=click.Path(exists=True, file_okay=False),
-              help="The shared data folder.")
-def main(pairs: int, out: str, seed: int, data: str) -> None:
+def main(argv: list[str]) -> str:
+    ap = argparse.ArgumentParser(prog="make_large_corpus", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pairs", type=int, default=5_000_000, help="training pairs to write [default: %(default)s]")
+    ap.add_argument("--out", required=True, help="folder to write (created)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--data", default=str(DATA), help="the shared data folder [default: %(default)s]")
+    args = ap.parse_args(argv)
     start = time.perf_counter()
-    folder = Path(out)
+    data = existing(args.data, "--data", "the shared data folder (Multi30k, Bible, WMT newstest, IWSLT'14)")
+    for split, (held, prefix) in HELD_OUT.items():
+        for lang in LANGS:
+            existing(data / held / f"{prefix}.{lang}.gz", "--data", f"the {split} split comes from it")
+    folder = Path(args.out)
     folder.mkdir(parents=True, exist_ok=True)
-    source = pool(Path(data))
+    source = pool(data)
     written, rounds = 0, 0
     hashes: list[np.ndarray] = []  # of every English line: how many are distinct (8 bytes a line)
     files = {lang: open(folder / f"train.{lang}.partial", "w", encoding="utf-8") for lang in LANGS}
     try:
-        while written < pairs:
-            chunk = perturbed_round(source, np.random.default_rng([seed, rounds]))[: pairs - written]
+        while written < args.pairs:
+            chunk = perturbed_round(source, np.random.default_rng([args.seed, rounds]))[: args.pairs - written]
             files["en"].write("".join(f"{en}\n" for en, _ in chunk))
             files["de"].write("".join(f"{de}\n" for _, de in chunk))
             hashes.append(np.fromiter((hash(en) for en, _ in chunk), dtype=np.int64, count=len(chunk)))
@@ -121,13 +135,11 @@ def main(pairs: int, out: str, seed: int, data: str) -> None:
         (folder / f"train.{lang}.partial").replace(folder / f"train.{lang}")
     for split, (held, prefix) in HELD_OUT.items():
         for lang in LANGS:
-            lines = read_lines(Path(data) / held / f"{prefix}.{lang}.gz")
+            lines = read_lines(data / held / f"{prefix}.{lang}.gz")
             (folder / f"{split}.{lang}").write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
     distinct = np.unique(np.concatenate(hashes)).size
-    click.echo(f"make_large_corpus: {written:,} training pairs in {rounds} rounds over a pool of {len(source):,} "
-               f"pairs ({distinct / written:.0%} of the English lines distinct) in {folder}/train.{{en,de}}, "
-               f"{time.perf_counter() - start:.0f} s; for speed and memory only, not for quality")
-
-
-if __name__ == "__main__":
-    main()
+    seconds = time.perf_counter() - start
+    print(f"make_large_corpus: {written:,} training pairs in {rounds} rounds over a pool of {len(source):,} "
+          f"pairs ({distinct / written:.0%} of the English lines distinct) in {folder}/train.{{en,de}}, "
+          f"{seconds:.0f} s; for speed and memory only, not for quality")
+    return f"{written:,} pairs in {seconds:.0f} s, {distinct / written:.0%} of the English lines distinct"

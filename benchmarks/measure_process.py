@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from nmt.errors import NmtError
+
 _HELPER = ("import resource, subprocess, sys, time\n"
            "out = open(sys.argv[1], 'w') if sys.argv[1] else subprocess.DEVNULL\n"
            "t = time.perf_counter(); p = subprocess.run(sys.argv[2:], stdout=out)\n"
@@ -90,8 +92,8 @@ def peak_tree_rss(root: int) -> Iterator[list[float]]:
 
 
 def measure(cmd: list[str], *, stdout: Path | None = None, env: dict[str, str] | None = None) -> Measured:
-    """Run ``cmd`` (stdout to the file ``stdout`` or discarded, stderr captured) and measure it; exits
-    with the command's stderr when it fails. A shell pipeline is ``["bash", "-c", "..."]``."""
+    """Run ``cmd`` (stdout to the file ``stdout`` or discarded, stderr captured) and measure it; an NmtError with
+    the command's last stderr line when it fails. A shell pipeline is ``["bash", "-c", "..."]``."""
     proc = subprocess.Popen([sys.executable, "-c", _HELPER, str(stdout or ""), *cmd], stderr=subprocess.PIPE,
                             text=True, env=env)
     with peak_tree_rss(proc.pid) as peak:  # the helper's children: the command
@@ -99,5 +101,6 @@ def measure(cmd: list[str], *, stdout: Path | None = None, env: dict[str, str] |
     *output, last = err.rstrip("\n").split("\n")
     wall, largest, cpu, code = last.split()
     if int(code) != 0:
-        sys.exit(f"benchmark run failed ({code}): {' '.join(cmd)}\n" + "\n".join(output[-20:]))
+        print("\n".join(output[-20:]), file=sys.stderr)
+        raise NmtError(f"{' '.join(cmd[:3])} ... failed ({code}): {(output or ['(no output)'])[-1]}")
     return Measured(float(wall), float(largest), max(peak[0], float(largest)), float(cpu), "\n".join(output))

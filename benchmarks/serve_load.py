@@ -6,25 +6,24 @@ requests and seconds; each client keeps one HTTP/1.1 connection. Printed per lev
 p95 latency, and sentences/s as a share of ``nmt-generate --batch-size 128``'s (the search time it
 reports, loading excluded: the stricter comparison; run just before each level, with the server stopped
 meanwhile). Then the latency of one 13-token sentence sent alone, repeatedly, with the server's beam and
-greedy.
+greedy (the sentence of --sentences closest to 13 tokens).
 
-    python benchmarks/serve_load.py                      # the peer fairseq model, imported and exported
-    python benchmarks/serve_load.py --model MODEL_DIR --data DATA_BIN [--beam 5] [--threads 2] [--workers 2]
+    python -m benchmarks run serve_load                  # the peer fairseq model, imported and exported
+    python -m benchmarks run serve_load --model MODEL_DIR --data DATA_BIN --sentences RAW_TEST_SOURCE [--beam 5]
+        [--threads 2] [--workers 2]
 """
 
 from __future__ import annotations
 
+import argparse  # a benchmark script, not an nmt command: no config dataclass needed
 import contextlib
-import gzip
 import http.client
 import json
 import os
 import re
-import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -32,32 +31,19 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import click
+from benchmarks import MULTI30K, PEER_MODEL, data_bin, existing, model_inputs, nmt_command, run_nmt
+from benchmarks.serve_process import percentile
+from nmt.errors import NmtError, UsageError
+from nmt.fileio import open_text
 
-HERE = Path(__file__).resolve().parent
-SHARED = HERE.parent.parent / "shared"
-PEER = SHARED / "peer" / "fairseq-m30k"
-RAW_TEST = SHARED / "data" / "multi30k" / "test_2016_flickr.en.gz"
 SPEED = re.compile(r"\(([\d.]+) sentences/s")
 
 
-def cli(name: str) -> list[str]:
-    script = shutil.which(name)
-    module = name.replace("nmt-", "").replace("-", "_")
-    return [script] if script else [sys.executable, "-c", f"from nmt.cli.{module} import main; main()"]
-
-
-def prepare_peer(folder: Path) -> tuple[Path, Path]:
-    """(model folder, data-bin) of the peer fairseq Multi30k model: imported with its Moses + BPE pipeline,
-    then exported."""
-    data, ckpt, model = folder / "bin", folder / "ours.pt", folder / "model"
-    for argv in ([*cli("nmt-import-fairseq"), "data", "--path", str(PEER / "data-bin"), "--output", str(data),
-                  "--source-lang", "en", "--target-lang", "de", "--tokenizer", "moses", "--bpe", "subword_nmt",
-                  "--bpe-codes", str(PEER / "bpe.codes")],
-                 [*cli("nmt-import-fairseq"), "checkpoint", "--path", str(PEER / "checkpoint_best.pt"), "--data",
-                  str(data), "--output", str(ckpt)],
-                 [*cli("nmt-export"), str(data), "--path", str(ckpt), "--output", str(model)]):
-        subprocess.run(argv, check=True, capture_output=True)
+def prepare_peer(peer: str, work: Path) -> tuple[Path, Path]:
+    """(model folder, data-bin) of the peer fairseq model: imported with its Moses + BPE pipeline, then exported."""
+    data, checkpoint, _ = model_inputs(None, None, peer, work)
+    model = work / "model"
+    run_nmt("nmt-export", data, "--path", checkpoint, "--output", model)
     return model, data
 
 
@@ -67,27 +53,27 @@ def precision_flags(quantize: str, bf16: bool) -> list[str]:
 
 
 def generate_speed(model: Path, data: Path, beam: int, threads: int, precision: list[str]) -> float:
-    done = subprocess.run([*cli("nmt-generate"), str(data), "--path", str(model), "--gen-subset", "test", "--beam",
-                           str(beam), "--batch-size", "128", "--threads", str(threads), *precision, "--quiet"],
-                          capture_output=True, text=True, check=True)
-    found = SPEED.search(done.stdout + done.stderr)
-    assert found, done.stdout + done.stderr
+    output = run_nmt("nmt-generate", data, "--path", model, "--gen-subset", "test", "--beam", beam, "--batch-size",
+                     128, "--threads", threads, *precision, "--quiet")
+    found = SPEED.search(output)
+    if not found:
+        raise NmtError(f"nmt-generate printed no speed line: {output.strip()[-300:]}")
     return float(found.group(1))
 
 
 class Server:
     def __init__(self, model: Path, beam: int, threads: int, precision: list[str], workers: int = 1,
                  server_flags: tuple[str, ...] = ()):
-        self.process = subprocess.Popen([*cli("nmt-serve"), str(model), "--port", "0", "--beam", str(beam),
-                                         "--threads", str(max(1, threads // workers)), "--workers", str(workers),
-                                         *precision, *server_flags],
+        self.process = subprocess.Popen(nmt_command("nmt-serve", model, "--port", 0, "--beam", beam, "--threads",
+                                                    max(1, threads // workers), "--workers", workers, *precision,
+                                                    *server_flags),
                                         stderr=subprocess.PIPE, text=True, start_new_session=True)
         assert self.process.stderr is not None
         line = ""
         while "http://" not in line:
             line = self.process.stderr.readline()
             if not line:
-                sys.exit("serve_load: nmt-serve did not start")
+                raise NmtError(f"nmt-serve did not start (exit code {self.process.wait()})")
         found = re.search(r"http://([\d.]+):(\d+)", line)
         assert found
         self.host, self.port = found.group(1), int(found.group(2))
@@ -100,7 +86,8 @@ class Server:
                     return
             except OSError:
                 time.sleep(0.2)
-        sys.exit("serve_load: nmt-serve did not answer /health")
+        self.stop()
+        raise NmtError("nmt-serve did not answer /health within 120 s")
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -170,72 +157,79 @@ def load_level(server: Server, sentences: list[str], clients: int, max_requests:
     return len(latencies) / wall, latencies, errors[0], processes
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
-@click.command()
-@click.option("--model", type=click.Path(exists=True, file_okay=False), help="A model folder [default: the peer "
-              "fairseq model, imported and exported into a temporary folder].")
-@click.option("--data", type=click.Path(exists=True, file_okay=False), help="The data-bin of --model's test split.")
-@click.option("--beam", default=5, show_default=True)
-@click.option("--threads", default=2, show_default=True, help="torch threads of nmt-generate and of the server (in "
-              "all: each of its --workers processes gets its share).")
-@click.option("--workers", default=1, show_default=True, help="nmt-serve --workers: server processes.")
-@click.option("--quantize", default="none", show_default=True, type=click.Choice(["none", "int8", "fp16"]),
-              help="--quantize of the server and of nmt-generate.")
-@click.option("--bf16", is_flag=True, help="--bf16 for the server and nmt-generate (instead of --quantize).")
-@click.option("--compile", "compile_step", is_flag=True, help="nmt-serve --compile (nmt-generate stays eager: "
-              "compiling does not pay for one test set).")
-@click.option("--clients", default="1,8,32,64", show_default=True)
-@click.option("--requests", "max_requests", default=1000, show_default=True, help="Requests per level at most.")
-@click.option("--seconds", "max_seconds", default=60.0, show_default=True, help="Seconds per level at most.")
-@click.option("--latency-requests", default=50, show_default=True)
-def main(model: str | None, data: str | None, beam: int, threads: int, workers: int, quantize: str, bf16: bool,
-         compile_step: bool, clients: str,
-         max_requests: int, max_seconds: float, latency_requests: int) -> None:
+def main(argv: list[str]) -> str:
+    ap = argparse.ArgumentParser(prog="serve_load", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", help="a model folder (with --data) [default: the --peer model, imported and exported "
+                    "into a temporary folder]")
+    ap.add_argument("--data", help="the data-bin of --model's test split (nmt-generate's yardstick)")
+    ap.add_argument("--peer", default=str(PEER_MODEL), help="without --model: a fairseq 0.12 model folder "
+                    "[default: %(default)s]")
+    ap.add_argument("--sentences", default=str(MULTI30K / "test_2016_flickr.en.gz"), help="the clients' raw "
+                    "sentences, one per line (plain or .gz) [default: %(default)s]")
+    ap.add_argument("--beam", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2, help="torch threads of nmt-generate and of the server (in all: "
+                    "each of its --workers processes gets its share)")
+    ap.add_argument("--workers", type=int, default=1, help="nmt-serve --workers: server processes")
+    ap.add_argument("--quantize", default="none", choices=["none", "int8", "fp16"],
+                    help="--quantize of the server and of nmt-generate")
+    ap.add_argument("--bf16", action="store_true", help="--bf16 for the server and nmt-generate (instead of "
+                    "--quantize)")
+    ap.add_argument("--compile", dest="compile_step", action="store_true", help="nmt-serve --compile (nmt-generate "
+                    "stays eager: compiling does not pay for one test set)")
+    ap.add_argument("--clients", default="1,8,32,64", help="[default: %(default)s]")
+    ap.add_argument("--requests", dest="max_requests", type=int, default=1000, help="requests per level at most")
+    ap.add_argument("--seconds", dest="max_seconds", type=float, default=60.0, help="seconds per level at most")
+    ap.add_argument("--latency-requests", type=int, default=50)
+    args = ap.parse_args(argv)
+    if args.bf16 and args.quantize != "none":
+        raise UsageError("--bf16 and --quantize: choose one")
+    with open_text(existing(args.sentences, "--sentences", "give raw source sentences, one per line")) as f:
+        sentences = [line.rstrip("\n") for line in f if line.strip()]
     with tempfile.TemporaryDirectory() as tmp:
-        if model is None:
-            model_dir, data_dir = prepare_peer(Path(tmp))
-        elif data is None:
-            sys.exit("serve_load: --model needs --data (the data-bin holding its test split)")
+        if args.model is None:
+            model_dir, data_dir = prepare_peer(args.peer, Path(tmp))
         else:
-            model_dir, data_dir = Path(model), Path(data)
-        with gzip.open(RAW_TEST, "rt", encoding="utf-8") as f:
-            sentences = [line.rstrip("\n") for line in f]
-        if bf16 and quantize != "none":
-            sys.exit("serve_load: --bf16 and --quantize: choose one")
-        precision = precision_flags(quantize, bf16)
-        server = Server(model_dir, beam, threads, precision, workers, ("--compile",) if compile_step else ())
-        try:
-            print(f"beam {beam}, {threads} threads, {' '.join(precision)}, nmt-serve --workers {workers}"
-                  f"{' --compile' if compile_step else ''}; "
-                  "nmt-generate --batch-size 128 (search time) runs just before each level, while the server is "
-                  "stopped: this machine's speed drifts, so each share "
-                  "compares neighbours")
-            print("| clients | sentences/s | nmt-generate | share of nmt-generate | p50 latency | p95 latency "
-                  "| errors | clients per server process |")
-            print("|---:|---:|---:|---:|---:|---:|---:|---|")
-            for n in (int(c) for c in clients.split(",")):
-                with server.paused():
-                    batch_speed = generate_speed(model_dir, data_dir, beam, threads, precision)
-                speed, latencies, errors, processes = load_level(server, sentences, n, max_requests, max_seconds)
-                print(f"| {n} | {speed:.1f} | {batch_speed:.1f} | {speed / batch_speed:.0%} "
-                      f"| {percentile(latencies, 0.5) * 1000:.0f} ms | {percentile(latencies, 0.95) * 1000:.0f} ms "
-                      f"| {errors} | {' / '.join(str(c) for _, c in processes.most_common())} |", flush=True)
-            from nmt.api import load
-
-            tokens = load(str(model_dir), threads=1).tokenize
-            thirteen = next(s for s in sentences if len(tokens(s)) == 13)
-            for search in sorted({beam, 1}, reverse=True):
-                _, latencies, _, _ = load_level(server, [thirteen], 1, latency_requests, max_seconds, beam=search)
-                print(f"one 13-token sentence alone ({thirteen!r}), beam {search}, {len(latencies)} requests: "
-                      f"median {statistics.median(latencies) * 1000:.1f} ms, p95 "
-                      f"{percentile(latencies, 0.95) * 1000:.1f} ms")
-        finally:
-            server.stop()
+            model_dir = existing(args.model, "--model", "give a model folder (nmt-export)")
+            data_dir = data_bin(args.data, "--data")
+        return serve(args, model_dir, data_dir, sentences)
 
 
-if __name__ == "__main__":
-    main()
+def serve(args: argparse.Namespace, model_dir: Path, data_dir: Path, sentences: list[str]) -> str:
+    """Every level of clients, then the lone sentence's latency: prints the table, returns the figures' line."""
+    precision = precision_flags(args.quantize, args.bf16)
+    server = Server(model_dir, args.beam, args.threads, precision, args.workers,
+                    ("--compile",) if args.compile_step else ())
+    figures = []
+    try:
+        print(f"beam {args.beam}, {args.threads} threads, {' '.join(precision)}, nmt-serve --workers {args.workers}"
+              f"{' --compile' if args.compile_step else ''}; "
+              "nmt-generate --batch-size 128 (search time) runs just before each level, while the server is "
+              "stopped: this machine's speed drifts, so each share compares neighbours")
+        print("| clients | sentences/s | nmt-generate | share of nmt-generate | p50 latency | p95 latency "
+              "| errors | clients per server process |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---|")
+        for n in (int(c) for c in args.clients.split(",")):
+            with server.paused():
+                batch_speed = generate_speed(model_dir, data_dir, args.beam, args.threads, precision)
+            speed, latencies, errors, processes = load_level(server, sentences, n, args.max_requests,
+                                                             args.max_seconds)
+            print(f"| {n} | {speed:.1f} | {batch_speed:.1f} | {speed / batch_speed:.0%} "
+                  f"| {percentile(latencies, 0.5) * 1000:.0f} ms | {percentile(latencies, 0.95) * 1000:.0f} ms "
+                  f"| {errors} | {' / '.join(str(c) for _, c in processes.most_common())} |", flush=True)
+            figures.append(f"{n} clients {speed:.1f} sentences/s ({speed / batch_speed:.0%})"
+                           + (f", {errors} errors" if errors else ""))
+        from nmt.api import load
+
+        tokens = load(str(model_dir), threads=1).tokenize
+        lone = min(sentences, key=lambda s: abs(len(tokens(s)) - 13))
+        for search in sorted({args.beam, 1}, reverse=True):
+            _, latencies, _, _ = load_level(server, [lone], 1, args.latency_requests, args.max_seconds, beam=search)
+            print(f"one {len(tokens(lone))}-token sentence alone ({lone!r}), beam {search}, {len(latencies)} requests: "
+                  f"median {statistics.median(latencies) * 1000:.1f} ms, p95 "
+                  f"{percentile(latencies, 0.95) * 1000:.1f} ms")
+            figures.append(f"{len(tokens(lone))}-token sentence beam {search} "
+                           f"{statistics.median(latencies) * 1000:.1f} ms")
+    finally:
+        server.stop()
+    return "; ".join(figures)

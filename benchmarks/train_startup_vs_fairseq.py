@@ -14,14 +14,15 @@ taken from the log lines as they arrive:
   optimizer step (the first of a process is slower than the next ones);
 
 then the process is stopped. Peak memory is the process tree's RSS sampled every 50 ms until then.
+fairseq takes its turn when its venv (``--fairseq-venv``) and its data-bin of the same text (``--fairseq-data``)
+are given; else only nmt-train runs.
 
-A third runner, *floor* (``startup_floor.py``), takes its turn beside them: a stock ``torch.nn.Transformer``
-of the same shape with ``torch.optim.Adam`` and a random batch of 4,096 tokens, no data-bin at all. It is
-what any PyTorch trainer pays before its first update on this machine, so a goal below it cannot be met.
+The data-bins come from ``preprocess_vs_fairseq --work W`` (W/nmt-bin and W/fairseq-bin):
 
-The data-bins come from ``preprocess_vs_fairseq.py`` (``WORK/nmt-bin`` and ``WORK/fairseq-bin``):
-
-    python benchmarks/train_startup_vs_fairseq.py --work /tmp/pp5m [--repeats 2]
+    python -m benchmarks run make_large_corpus --pairs 5000000 --out /tmp/c5m
+    python -m benchmarks run preprocess_vs_fairseq --corpus /tmp/c5m --work /tmp/pp5m
+    python -m benchmarks run train_startup_vs_fairseq --nmt-data /tmp/pp5m/nmt-bin \\
+        --fairseq-data /tmp/pp5m/fairseq-bin [--repeats 2]
 """
 
 from __future__ import annotations
@@ -34,20 +35,29 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-from measure_process import peak_tree_rss  # noqa: E402  (the benchmarks' one measuring helper)
+from benchmarks import data_bin, existing, fairseq_venv
+from benchmarks.measure_process import peak_tree_rss
+from nmt.errors import NmtError
 
-DEFAULT_VENV = Path.home() / ".cache" / "nmt-peer" / "fairseq-venv"
-SHAPE = ["--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "256", "--decoder-embed-dim", "256",
-         "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4",
-         "--decoder-attention-heads", "4", "--share-all-embeddings", "--optimizer", "adam", "--adam-betas",
-         "(0.9,0.98)", "--lr", "5e-4", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "4000",
-         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "4096",
-         "--dropout", "0.1", "--seed", "1", "--log-interval", "1"]
-READY = {"nmt": "batches per epoch per rank", "fairseq": "Start iterating over samples",
-         "floor": "startup_floor: built"}
+READY = {"nmt": "batches per epoch per rank", "fairseq": "Start iterating over samples"}
 FIRST_UPDATE = "num_updates=1,"
+
+
+def reference_shape(layers: int = 3, dim: int = 256, log_interval: int = 1) -> list[str]:
+    """The fairseq reference training's flags, which both nmt-train and fairseq-train take: ``layers`` per side of
+    width ``dim`` (3 and 256 in the reference; smaller for a quick check), FFN 4 x dim, 4 heads."""
+    return ["--encoder-layers", str(layers), "--decoder-layers", str(layers), "--encoder-embed-dim", str(dim),
+            "--decoder-embed-dim", str(dim), "--encoder-ffn-embed-dim", str(4 * dim), "--decoder-ffn-embed-dim",
+            str(4 * dim), "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--share-all-embeddings",
+            "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "5e-4", "--lr-scheduler", "inverse_sqrt",
+            "--warmup-updates", "4000", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+            "--max-tokens", "4096", "--dropout", "0.1", "--seed", "1", "--log-interval", str(log_interval)]
+
+
+def add_shape_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--layers", type=int, default=3, help="layers per side (3: the reference shape)")
+    ap.add_argument("--dim", type=int, default=256, help="model width, FFN 4x (256: the reference shape)")
 
 
 def until_first_update(cmd: list[str], env: dict[str, str], ready_mark: str) -> tuple[float, float, float]:
@@ -69,43 +79,55 @@ def until_first_update(cmd: list[str], env: dict[str, str], ready_mark: str) -> 
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     if seconds is None or ready is None:
-        sys.exit(f"no ready line or first update from: {' '.join(cmd)}\n{''.join(tail)}")
+        print("".join(tail), file=sys.stderr)
+        raise NmtError(f"no ready line or first update from {' '.join(cmd[:3])} ...: {(tail or ['(no output)'])[-1]}")
     return ready, seconds, peak[0]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--work", required=True, help="preprocess_vs_fairseq.py's --work (nmt-bin/, fairseq-bin/)")
-    ap.add_argument("--fairseq-venv", default=str(DEFAULT_VENV), help="peer_fairseq.sh install's venv")
+def main(argv: list[str]) -> str:
+    ap = argparse.ArgumentParser(prog="train_startup_vs_fairseq", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nmt-data", required=True, help="nmt's data-bin (preprocess_vs_fairseq's W/nmt-bin)")
+    ap.add_argument("--fairseq-data", help="fairseq's data-bin of the same text (preprocess_vs_fairseq's "
+                    "W/fairseq-bin); without it, only nmt-train runs")
+    ap.add_argument("--fairseq-venv", help="fairseq 0.12's venv (../shared/tools/peer_fairseq.sh install) [default: "
+                    "~/.cache/nmt-peer/fairseq-venv when it is there]")
     ap.add_argument("--repeats", type=int, default=2)
-    args = ap.parse_args()
-    work, venv = Path(args.work), Path(args.fairseq_venv)
-    runs: dict[str, list[tuple[float, float, float]]] = {"nmt": [], "fairseq": [], "floor": []}
+    add_shape_arguments(ap)
+    args = ap.parse_args(argv)
+    nmt_data = data_bin(args.nmt_data, "--nmt-data")
+    venv = fairseq_venv(args.fairseq_venv)
+    shape = reference_shape(args.layers, args.dim)
+    runs: dict[str, list[tuple[float, float, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        tools = {
-            "nmt": ([sys.executable, "-m", "nmt.cli.train", str(work / "nmt-bin"), "--arch", "transformer_tiny",
-                     *SHAPE, "--save-dir", f"{tmp}/nmt", "--no-save", "--no-progress-bar"], dict(os.environ)),
-            "fairseq": ([str(venv / "bin" / "fairseq-train"), str(work / "fairseq-bin"), "--arch", "transformer",
-                         *SHAPE, "--cpu", "--log-format", "simple", "--save-dir", f"{tmp}/fairseq", "--no-save",
-                         "--disable-validation"], {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}),
-            "floor": ([sys.executable, str(Path(__file__).with_name("startup_floor.py"))], dict(os.environ)),
-        }
+        tools = {"nmt": ([sys.executable, "-m", "nmt.cli.train", str(nmt_data), "--arch", "transformer_tiny", *shape,
+                          "--save-dir", f"{tmp}/nmt", "--no-save", "--disable-validation", "--no-progress-bar"],
+                         dict(os.environ))}
+        if venv is None or args.fairseq_data is None:
+            print("fairseq: skipped (give --fairseq-venv and --fairseq-data: fairseq 0.12's venv and its data-bin of "
+                  "the same text)", flush=True)
+        else:
+            fairseq_data = existing(args.fairseq_data, "--fairseq-data", "preprocess_vs_fairseq --work W writes "
+                                    "W/fairseq-bin")
+            tools["fairseq"] = ([str(venv / "bin" / "fairseq-train"), str(fairseq_data), "--arch", "transformer",
+                                 *shape, "--cpu", "--log-format", "simple", "--save-dir", f"{tmp}/fairseq",
+                                 "--no-save", "--disable-validation"],
+                                {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"})
         for _ in range(args.repeats):  # taking turns: a noisy machine hits every runner alike
             for name, (cmd, env) in tools.items():
                 ready, first, mb = until_first_update(cmd, env, READY[name])
-                runs[name].append((ready, first, mb))
+                runs.setdefault(name, []).append((ready, first, mb))
                 print(f"{name:<8} launch -> ready {ready:6.1f} s, -> first update {first:6.1f} s, "
                       f"peak RSS (process tree) {mb:6.0f} MB", flush=True)
     med = {name: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs), max(r[2] for r in rs))
            for name, rs in runs.items()}
     for name, (ready, first, mb) in med.items():
         print(f"{name:<8} median: ready {ready:6.1f} s, first update {first:6.1f} s; peak {mb:6.0f} MB")
-    (nr, nf, nm), (fr, ff, fm), (lr, lf, _) = med["nmt"], med["fairseq"], med["floor"]
-    print(f"nmt / fairseq: ready {nr / fr:.2f}x, first update {nf / ff:.2f}x (goal <= 0.33), "
-          f"peak memory {nm / fm:.2f}x (goal <= 1)")
-    print(f"floor / fairseq's first update: built {lr / ff:.2f}x (Python, import torch, the model, torch.optim.Adam), "
-          f"first update {lf / ff:.2f}x (a stock torch.nn.Transformer, no data)")
-
-
-if __name__ == "__main__":
-    main()
+    figures = [f"{name} ready {ready:.1f} s, first update {first:.1f} s, {mb:,.0f} MB"
+               for name, (ready, first, mb) in med.items()]
+    if "fairseq" in med:
+        (nr, nf, nm), (fr, ff, fm) = med["nmt"], med["fairseq"]
+        print(f"nmt / fairseq: ready {nr / fr:.2f}x, first update {nf / ff:.2f}x (goal <= 0.33), "
+              f"peak memory {nm / fm:.2f}x (goal <= 1)")
+        figures.append(f"nmt / fairseq first update {nf / ff:.2f}x, memory {nm / fm:.2f}x")
+    return "; ".join(figures)

@@ -1,13 +1,13 @@
 """Training throughput (target tokens per second) of nmt's trainer on Multi30k en-de, fp32 and --bf16,
 beside a stock ``torch.nn.Transformer`` of the same shape trained on the same batches (the anchor
-that makes numbers from a busy machine comparable).
+that makes numbers from a busy machine comparable: their ratio). train_vs_fairseq compares with fairseq itself.
 
-Setting (the fairseq 0.12 reference run in ../shared/tools/RESULTS.md, ~2,390 wps fp32 on
-this 2-core CPU): 3+3 layers, d 256, FFN 1024, 4 heads, shared embeddings, dropout 0.1,
-adam (0.9, 0.98), lr 5e-4, inverse_sqrt warmup 4000, label smoothing 0.1, --max-tokens 4096.
+Setting (the fairseq 0.12 reference run of ../shared/tools/RESULTS.md): 3+3 layers, d 256, FFN 1024, 4 heads,
+shared embeddings, dropout 0.1, adam (0.9, 0.98), lr 5e-4, inverse_sqrt warmup 4000, label smoothing 0.1,
+--max-tokens 4096.
 
-    python benchmarks/train_throughput.py [--data data-bin/multi30k_en_de] [--updates 60] [--warmup 5]
-        [--profile N]
+    python -m benchmarks run train_throughput --data data-bin/multi30k_en_de [--updates 60] [--warmup 5]
+        [--profile N] [--layers 3 --dim 256]
 
 ``--profile N`` then runs N more of nmt's updates per mode, once as they are and once under torch's profiler,
 and prints the share of their time in matrix products, the products' rate against one large product of the same
@@ -19,36 +19,35 @@ The data-bin comes from ``scripts/quickstart.sh --from ../shared/data/multi30k``
 
 from __future__ import annotations
 
+import argparse  # a benchmark script, not an nmt command: no config dataclass needed
 import math
-import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import click
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-FAIRSEQ_FP32_WPS = 2390  # fairseq 0.12, same setting, this machine type, quiet (RESULTS.md)
-# The stock anchor's fp32 figure on a quiet machine (RESULTS.md gives 1,840; this script's stock model
-# measured 1,873 on a quiet machine). RESULTS.md's bf16 stock figure (3,750) came from a different
-# stock setup than this one (which measures ~2,150 quiet), so bf16 gets no load-independent estimate.
-STOCK_QUIET_WPS = {"fp32": 1840}
-
-SETTING = [
-    "model.arch=transformer_base", "model.encoder_layers=3", "model.decoder_layers=3",
-    "model.encoder_embed_dim=256", "model.decoder_embed_dim=256", "model.encoder_ffn_embed_dim=1024",
-    "model.decoder_ffn_embed_dim=1024", "model.encoder_attention_heads=4", "model.decoder_attention_heads=4",
-    "model.share_all_embeddings=true", "model.dropout=0.1", "optimizer.name=adam",
-    "optimizer.adam_betas=(0.9,0.98)", "optimization.lr=0.0005", "lr_scheduler.name=inverse_sqrt",
-    "lr_scheduler.warmup_updates=4000", "criterion.name=label_smoothed_cross_entropy",
-    "criterion.label_smoothing=0.1", "task.max_tokens=4096", "checkpoint.no_save=true",
-    "task.disable_validation=true", "common.no_progress_bar=true",
-]
+from benchmarks import data_bin
 
 
-def build_ours(data: Path, save_dir: Path, bf16: bool) -> Any:
+def setting(layers: int, dim: int) -> list[str]:
+    """The reference setting's overrides, with ``layers`` per side and width ``dim`` (FFN 4 x dim, 4 heads)."""
+    return [
+        "model.arch=transformer_base", f"model.encoder_layers={layers}", f"model.decoder_layers={layers}",
+        f"model.encoder_embed_dim={dim}", f"model.decoder_embed_dim={dim}", f"model.encoder_ffn_embed_dim={4 * dim}",
+        f"model.decoder_ffn_embed_dim={4 * dim}", "model.encoder_attention_heads=4", "model.decoder_attention_heads=4",
+        "model.share_all_embeddings=true", "model.dropout=0.1", "optimizer.name=adam",
+        "optimizer.adam_betas=(0.9,0.98)", "optimization.lr=0.0005", "lr_scheduler.name=inverse_sqrt",
+        "lr_scheduler.warmup_updates=4000", "criterion.name=label_smoothed_cross_entropy",
+        "criterion.label_smoothing=0.1", "task.max_tokens=4096", "checkpoint.no_save=true",
+        "task.disable_validation=true", "common.no_progress_bar=true",
+    ]
+
+
+def build_ours(data: Path, save_dir: Path, bf16: bool, layers: int = 3, dim: int = 256) -> Any:
     """nmt's TrainingRun for the setting (model, criterion, optimizer, iterator: the real pieces)."""
     from omegaconf import OmegaConf
 
@@ -62,8 +61,10 @@ def build_ours(data: Path, save_dir: Path, bf16: bool) -> Any:
 
     load_plugins()
     keep_freed_memory()  # as nmt-train does: without it every update faults its large blocks back in
-    overrides = SETTING + [f"task.data={data}", f"checkpoint.save_dir={save_dir}", f"precision.bf16={bf16}"]
+    overrides = setting(layers, dim) + [f"task.data={data}", f"checkpoint.save_dir={save_dir}",
+                                        f"precision.bf16={bf16}"]
     cfg = OmegaConf.to_object(resolve_config(TrainJob, overrides=overrides, preset=arch_preset))
+    assert isinstance(cfg, TrainJob)
     return TrainingRun(cfg, distributed.init(cfg.distributed_training))
 
 
@@ -74,6 +75,8 @@ def batches_forever(run: Any) -> Iterator[dict[str, Any]]:
 
 class StockTransformer(nn.Module):
     """torch.nn.Transformer with one shared embedding / output matrix: the anchor, written plainly."""
+
+    pe: torch.Tensor  # (P, C) sinusoidal positions, a buffer
 
     def __init__(self, vocab: int, pad: int, dim: int = 256, heads: int = 4, layers: int = 3, ffn: int = 1024,
                  dropout: float = 0.1):
@@ -101,8 +104,14 @@ class StockTransformer(nn.Module):
         return h @ self.embed.weight.t()  # (B, T, V)
 
 
-def stock_step_fn(vocab: int, pad: int, bf16: bool) -> Callable[[dict[str, Any]], None]:
-    model = StockTransformer(vocab, pad)
+def trainer_step(trainer: Any) -> Callable[[dict[str, Any]], Any]:
+    """One update of nmt's trainer on one batch."""
+    return lambda sample: trainer.train_step([sample])
+
+
+def stock_step_fn(vocab: int, pad: int, bf16: bool, layers: int = 3,
+                  dim: int = 256) -> Callable[[dict[str, Any]], None]:
+    model = StockTransformer(vocab, pad, dim=dim, layers=layers, ffn=4 * dim)
     opt = torch.optim.Adam(model.parameters(), lr=5e-4, betas=(0.9, 0.98), foreach=True)
     model.train()
 
@@ -162,7 +171,7 @@ def large_product_rate(dtype: torch.dtype, size: int = 2048) -> float:
 
 
 def profile_updates(step: Callable[[dict[str, Any]], Any], batches: Iterator[dict[str, Any]], updates: int,
-                    dtype: torch.dtype) -> None:
+                    dtype: torch.dtype, product_size: int) -> str:
     """Print how much of ``updates`` updates' time their matrix products take (the profiler's self times and FLOP
     counts), at what rate, and the rest's split. The block runs once unprofiled first, which is the time the
     shares are of: the profiler's own allocations make the heap fault pages back in (measured: 0 page faults per 4
@@ -185,51 +194,54 @@ def profile_updates(step: Callable[[dict[str, Any]], Any], batches: Iterator[dic
         seconds[name] = seconds.get(name, 0.0) + e.self_cpu_time_total / 1e6
         flops += e.flops if e.key in PRODUCT_OPS else 0
     products = seconds.pop("matrix products", 0.0)
-    rate, best = flops / products / 1e9, large_product_rate(dtype)
+    rate, best = flops / products / 1e9, large_product_rate(dtype, product_size)
+    kind = str(dtype).split(".")[-1]
     print(f"  {updates} updates, {wall:.2f} s: matrix products {products:.2f} s ({products / wall:.0%}) at {rate:.0f} "
-          f"GFLOP/s, {rate / best:.0%} of a 2048^3 {str(dtype).split('.')[-1]} product's {best:.0f} here; the rest "
+          f"GFLOP/s, {rate / best:.0%} of a {product_size}^3 {kind} product's {best:.0f} here; the rest "
           f"{wall - products:.2f} s (profiled: " + ", ".join(f"{name} {t:.2f} s" for name, t in seconds.items())
           + f"). With the rest at no cost: {tokens / products:,.0f} wps", flush=True)
+    return f"products {products / wall:.0%} of the time at {rate / best:.0%} of a large product's rate"
 
 
-@click.command(help=__doc__)
-@click.option("--data", default="data-bin/multi30k_en_de", show_default=True)
-@click.option("--updates", default=60, show_default=True, help="Timed updates per measurement.")
-@click.option("--warmup", default=5, show_default=True, help="Untimed updates first.")
-@click.option("--modes", default="fp32,bf16", show_default=True)
-@click.option("--rounds", default=4, show_default=True, help="Interleaved blocks the updates are split into.")
-@click.option("--no-stock", is_flag=True, help="Skip the nn.Transformer anchor.")
-@click.option("--profile", "profiled", default=0, show_default=True, help="Then profile this many of nmt's updates.")
-def main(data: str, updates: int, warmup: int, modes: str, rounds: int, no_stock: bool, profiled: int) -> None:
-    data = Path(data)
-    if not (data / "metadata.json").is_file():
-        sys.exit(f"train_throughput.py: {data} is not a data-bin; run scripts/quickstart.sh "
-                 "--from ../shared/data/multi30k (or pass --data)")
-    save_dir = Path("/tmp") / "nmt_bench_train"
+def main(argv: list[str]) -> str:
+    ap = argparse.ArgumentParser(prog="train_throughput", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default="data-bin/multi30k_en_de", help="a data-bin [default: %(default)s, which "
+                    "scripts/quickstart.sh writes]")
+    ap.add_argument("--updates", type=int, default=60, help="timed updates per measurement [default: %(default)s]")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed updates first [default: %(default)s]")
+    ap.add_argument("--modes", default="fp32,bf16", help="[default: %(default)s]")
+    ap.add_argument("--rounds", type=int, default=4, help="interleaved blocks the updates are split into")
+    ap.add_argument("--no-stock", action="store_true", help="skip the nn.Transformer anchor")
+    ap.add_argument("--profile", type=int, default=0, help="then profile this many of nmt's updates")
+    ap.add_argument("--product-size", type=int, default=2048, help="--profile's yardstick: one N x N x N product")
+    ap.add_argument("--layers", type=int, default=3, help="layers per side (3: the reference shape)")
+    ap.add_argument("--dim", type=int, default=256, help="model width, FFN 4x (256: the reference shape)")
+    args = ap.parse_args(argv)
+    data = data_bin(args.data, "--data")
     rows = []
-    for mode in modes.split(","):
-        bf16 = mode == "bf16"
-        run = build_ours(data, save_dir, bf16)
-        torch.manual_seed(1)
-        steps = {"nmt": lambda s, t=run.trainer: t.train_step([s])}
-        if not no_stock:
-            steps["stock"] = stock_step_fn(len(run.data.tgt_dict), run.data.tgt_dict.pad(), bf16)
-        batches = batches_forever(run)
-        wps = measure(steps, batches, warmup, updates, rounds)
-        rows.append((mode, wps["nmt"], wps.get("stock")))
-        print(f"{mode}: " + ", ".join(f"{k} {v:,.0f} wps" for k, v in wps.items()), flush=True)
-        if profiled:
-            profile_updates(steps["nmt"], batches, profiled, torch.bfloat16 if bf16 else torch.float32)
-    print(f"\nthreads {torch.get_num_threads()}, {updates} timed updates after {warmup} warm-up, "
-          f"--max-tokens 4096; fairseq 0.12 fp32 reference {FAIRSEQ_FP32_WPS:,} wps (quiet machine)")
-    print("'quiet est.' = nmt/stock x the stock model's quiet-machine fp32 figure (1,840 wps): a load-independent")
-    print("estimate to hold against fairseq's 2,390. Goals: fp32 >= 1.0x fairseq, bf16 >= 1.5x (3,585 wps).")
-    print(f"{'mode':<6} {'nmt wps':>9} {'stock wps':>10} {'nmt/stock':>10} {'quiet est.':>11} {'nmt/fairseq':>12}")
+    notes = []
+    with tempfile.TemporaryDirectory() as save_dir:  # nothing is saved; the run needs the folder all the same
+        for mode in args.modes.split(","):
+            bf16 = mode == "bf16"
+            run = build_ours(data, Path(save_dir), bf16, args.layers, args.dim)
+            torch.manual_seed(1)
+            steps = {"nmt": trainer_step(run.trainer)}
+            if not args.no_stock:
+                steps["stock"] = stock_step_fn(len(run.data.tgt_dict), run.data.tgt_dict.pad(), bf16, args.layers,
+                                               args.dim)
+            batches = batches_forever(run)
+            wps = measure(steps, batches, args.warmup, args.updates, args.rounds)
+            rows.append((mode, wps["nmt"], wps.get("stock")))
+            print(f"{mode}: " + ", ".join(f"{k} {v:,.0f} wps" for k, v in wps.items()), flush=True)
+            if args.profile:
+                dtype = torch.bfloat16 if bf16 else torch.float32
+                notes.append(f"{mode} " + profile_updates(steps["nmt"], batches, args.profile, dtype,
+                                                          args.product_size))
+    print(f"\nthreads {torch.get_num_threads()}, {args.updates} timed updates after {args.warmup} warm-up, "
+          "--max-tokens 4096")
+    print(f"{'mode':<6} {'nmt wps':>9} {'stock wps':>10} {'nmt/stock':>10}")
     for mode, ours, stock in rows:
-        ratio = f"{ours / stock:.2f}" if stock else "-"
-        quiet = f"{ours / stock * STOCK_QUIET_WPS[mode]:,.0f}" if stock and mode in STOCK_QUIET_WPS else "-"
-        print(f"{mode:<6} {ours:>9,.0f} {stock or 0:>10,.0f} {ratio:>10} {quiet:>11} {ours / FAIRSEQ_FP32_WPS:>12.2f}")
-
-
-if __name__ == "__main__":
-    main()
+        print(f"{mode:<6} {ours:>9,.0f} {stock or 0:>10,.0f} {f'{ours / stock:.2f}' if stock else '-':>10}")
+    return "; ".join([*(f"{mode} nmt {ours:,.0f} wps" + (f", stock {stock:,.0f} ({ours / stock:.2f}x)" if stock else "")
+                        for mode, ours, stock in rows), *notes])

@@ -12,16 +12,19 @@ from nmt.errors import UsageError
 
 
 def run(cfg: ExportJob) -> None:
+    from nmt.data.data_dir import resolve_destdir
     from nmt.generation.inference import checkpoint_paths
 
     if not cfg.output:
         raise UsageError("--output DIR is required: the model folder to write")
+    resolve_destdir(cfg.output, "--output")  # at once: not the root, not a file, not under a file
     paths = checkpoint_paths(cfg.path)
     if cfg.format == "ctranslate2":
         _export_ctranslate2(cfg, paths, cfg.output)
         return
     from nmt.model_folder.export import export_model_folder
     from nmt.model_folder.layout import is_model_folder
+    from nmt.model_folder.output import files_kept
 
     if any(is_model_folder(p) for p in paths):
         raise UsageError(f"--path {cfg.path}: already a model folder; --format nmt exports checkpoints "
@@ -33,6 +36,10 @@ def run(cfg: ExportJob) -> None:
     out = export_model_folder(paths, cfg.data, cfg.output, bf16=cfg.bf16, scores=cfg.scores, force=cfg.force,
                               source_lang=cfg.source_lang, target_lang=cfg.target_lang)
     click.echo(f"exported {', '.join(paths)} into {out} (load it with nmt.load, nmt-serve or nmt-interactive)")
+    kept = files_kept(out)
+    if kept:
+        click.echo(f"left {', '.join(kept[:6])}{', ...' if len(kept) > 6 else ''} in {out} as they were (nmt-export "
+                   "did not write them)")
 
 
 def _export_ctranslate2(cfg: ExportJob, paths: list[str], output: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -29,7 +29,13 @@ def _buffered(lines: Iterator[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
+def _of_rows(where: Callable[[int], str], rows: list[int]) -> Callable[[int], str]:
+    """``where`` for a batch of only ``rows`` of the lines: its j-th sentence is the line rows[j]."""
+    return lambda j: where(rows[j])
+
+
 def run(cfg: InteractiveJob) -> None:
+    from nmt.api import searched_rows
     from nmt.data.text_pipeline import load_text_pipeline
     from nmt.generation.inference import make_translator, model_and_data, open_data_dir, pad_batch
     from nmt.generation.output import hypothesis_lines
@@ -59,16 +65,22 @@ def run(cfg: InteractiveJob) -> None:
         for lines in _buffered(source, 1 if typing else cfg.buffer_size):
             ids = [data.src_dict.encode_line(encode(line)) for line in lines]
             translator.check_source_lengths([len(i) for i in ids], where)
-            src_tokens, src_lengths = pad_batch(ids, data.src_dict.pad())
-            results = translator.translate(src_tokens, src_lengths, need_attn=gen.print_alignment, where=where)
+            rows = searched_rows(ids)  # an empty or whitespace-only line is an empty line, not searched (nmt.api)
+            results: dict[int, list] = {}
+            if rows:
+                src_tokens, src_lengths = pad_batch([ids[k] for k in rows], data.src_dict.pad())
+                found = translator.translate(src_tokens, src_lengths, need_attn=gen.print_alignment,
+                                             where=_of_rows(where, rows))
+                results = dict(zip(rows, found))
             out = []
-            for k, hyps in enumerate(results):
+            for k in range(len(lines)):
                 sid = start_id + k
                 if cfg.verbose:
                     out.append(f"S-{sid}\t{lines[k]}")
-                for rank, hyp in enumerate(hyps):
-                    more, text = hypothesis_lines(sid, hyp, data.tgt_dict, detok, int(src_lengths[k]),
-                                                  gen.print_alignment)
+                if k not in results:
+                    out.extend([f"H-{sid}\t0.0000\t", f"D-{sid}\t0.0000\t", f"P-{sid}\t"] if cfg.verbose else [""])
+                for rank, hyp in enumerate(results.get(k, [])):
+                    more, text = hypothesis_lines(sid, hyp, data.tgt_dict, detok, len(ids[k]), gen.print_alignment)
                     out.extend(more if cfg.verbose else [text] if rank == 0 else [])
             sys.stdout.write("\n".join(out) + "\n")
             sys.stdout.flush()

@@ -26,13 +26,13 @@ def run(cfg: ServeJob) -> None:
     from nmt.serve.sockets import listening_socket, worker_port
     from nmt.serve.workers import WorkerPool
 
+    root = cfg.route_prefix()  # a bad --url-root is refused before anything is loaded or bound
     path, _ = model_location(cfg)
     if cfg.workers == 1:
         sock, workers_port = listening_socket(cfg.host, cfg.port), None
     else:
         sock, workers_port = worker_port(cfg.host, cfg.port)
     host, port = sock.getsockname()[:2]
-    root = cfg.route_prefix()
     shown = f"[{host}]" if ":" in host else host
 
     def announce(source_lang: str, target_lang: str) -> None:

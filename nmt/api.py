@@ -7,28 +7,36 @@
     model.translate_detailed(["..."], nbest=2, alignment=True, attention=True)
 
 Sentences go through the data-bin's tokenizer and BPE, are batched by length and searched with the
-streaming search nmt-generate uses, and come back detokenized in input order. Search options are
+streaming search nmt-generate uses, and come back detokenized in input order; an empty or whitespace-only
+sentence (nothing left after tokenization) translates to "" without a search. Search options are
 nmt-generate's (``beam``, ``nbest``, ``lenpen``, ``max_len_a``, ``max_len_b``, ``min_len``, ``unkpen``,
-``no_repeat_ngram_size``, ``search``), checked as the command line checks them.
+``no_repeat_ngram_size``, ``search``), of their declared types (no conversion: ``beam="5"`` or ``beam=True`` is
+refused) and checked as the command line checks them (nmt.generation.search_options).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 
 from nmt.config.generate import GenerationConfig, InferenceConfig
-from nmt.errors import UsageError
+from nmt.errors import ConfigError, UsageError
 from nmt.generation.inference import DataDir, EnsembleModel, Translator
+from nmt.generation.search_options import generation_config, type_problem
+from nmt.lru import LruCache
 
 # the search options translate() takes: nmt-generate's (print_alignment is accepted for a GenerationConfig's
 # fields given whole, as nmt-serve does, but it is alignment=True that asks for alignments)
 SEARCH_OPTIONS = frozenset(f.name for f in fields(GenerationConfig))
+# distinct search options whose checked config and search are kept: a server's clients may send a new set with
+# every request, and the memory they take must stay bounded
+KEPT_SEARCHES = 64
 
 
 @dataclass
@@ -73,8 +81,8 @@ class TranslationModel:
         self.info = info or {}
         self._encode = load_text_pipeline(data.path, data.src).encode
         self._decode = load_text_pipeline(data.path, data.tgt).decode
-        self._translators: dict[str, Translator] = {}
-        self._configs: dict[tuple, GenerationConfig] = {}  # checked options -> config (checking takes ~5 ms)
+        self._translators: LruCache[Translator] = LruCache(KEPT_SEARCHES)
+        self._configs: LruCache[GenerationConfig] = LruCache(KEPT_SEARCHES)  # checked options -> config (~5 ms)
         self.lock = threading.Lock()  # one search at a time: the models' caches are not shared
 
     @property
@@ -104,10 +112,8 @@ class TranslationModel:
 
     def generation_config(self, **options: Any) -> GenerationConfig:
         """nmt-generate's GenerationConfig from keyword options, checked (a bad value is a ConfigError) once per
-        distinct set of options: the check builds an omegaconf schema, ~5 ms, a tenth of a short sentence's
-        translation."""
-        from nmt.config.fields import to_dataclass
-
+        distinct set of options (values and their types): the check builds an omegaconf schema, ~5 ms, a tenth of
+        a short sentence's translation."""
         try:
             key = _frozen(options)
             cached = self._configs.get(key)
@@ -120,27 +126,27 @@ class TranslationModel:
             raise UsageError(f"translate(): unknown option(s) {', '.join(unknown)}; known: "
                              f"{', '.join(sorted(SEARCH_OPTIONS - {'print_alignment'}))}, alignment, attention, "
                              "max_tokens, batch_size")
-        search = options.get("search")
-        if isinstance(search, str):
-            options["search"] = {"name": search}
-        gen = to_dataclass(GenerationConfig, options, where="translate().")
+        gen = generation_config(options, "translate()")
         if key is not None:
-            self._configs[key] = gen
+            self._configs.put(key, gen)
         return gen
 
     def translator(self, gen: GenerationConfig) -> Translator:
-        """The search ``gen`` configures for this model (kept per distinct configuration)."""
+        """The search ``gen`` configures for this model (the last KEPT_SEARCHES configurations' are kept)."""
         from nmt.generation.inference import search_for
 
         key = repr(gen)
-        if key not in self._translators:  # building the search checks its options (SEARCH.build)
-            self._translators[key] = Translator(self.ens, search_for(gen, self.ens, self.data, self.seed))
-        return self._translators[key]
+        translator = self._translators.get(key)
+        if translator is None:  # building the search checks its options (SEARCH.build)
+            translator = Translator(self.ens, search_for(gen, self.ens, self.data, self.seed))
+            self._translators.put(key, translator)
+        return translator
 
     def translate(self, sentences: str | Sequence[str], **options: Any) -> Any:
         """Detokenized best translations: a list for a list of sentences, a string for one string."""
         if isinstance(sentences, str):
             return self.translate_detailed([sentences], **options)[0].text
+        _check_sentence_list(sentences, "translate()")
         return [t.text for t in self.translate_detailed(sentences, **options)]
 
     def translate_detailed(self, sentences: Sequence[str], *, alignment: bool = False, attention: bool = False,
@@ -149,11 +155,17 @@ class TranslationModel:
         (``attention``) the encoder-decoder attention of every layer and head of the best one."""
         if isinstance(sentences, str):
             raise UsageError("translate_detailed() takes a list of sentences; wrap one sentence in a list")
+        _check_sentence_list(sentences, "translate_detailed()")
         sentences = list(sentences)  # a generator is read once
-        wrong = next((k for k, s in enumerate(sentences) if not isinstance(s, str)), None)
-        if wrong is not None:
-            raise UsageError(f"translate(): sentence {wrong} is a {type(sentences[wrong]).__name__}, not a string; "
-                             "give raw text (str)")
+        for k, sentence in enumerate(sentences):
+            problem = text_problem(sentence)
+            if problem:
+                raise UsageError(f"translate(): sentence {k} {problem}")
+        for name, value, kind in (("alignment", alignment, bool), ("attention", attention, bool),
+                                  ("max_tokens", max_tokens, int), ("batch_size", batch_size, int)):
+            why = type_problem(value, kind)
+            if why:
+                raise ConfigError(f"translate(): {name} {value!r}: {why}")
         gen = self.generation_config(**options)
         ids = [self.encode(s) for s in sentences]
         return self.translate_ids(sentences, ids, gen, alignment=alignment or gen.print_alignment,
@@ -162,15 +174,15 @@ class TranslationModel:
     def translate_ids(self, sentences: Sequence[str], ids: Sequence[torch.Tensor], gen: GenerationConfig, *,
                       alignment: bool = False, attention: bool = False, max_tokens: int = 8192,
                       batch_size: int = 128) -> list[Translation]:
-        """``translate_detailed`` for sources already encoded (``encode``): what a server batching the
-        sentences of several requests calls."""
+        """``translate_detailed`` for sources already encoded (``encode``)."""
+        rows = searched_rows(ids)
         with self.lock:
             translator = self.translator(gen)
             translator.check_source_lengths([len(i) for i in ids], lambda k: f"sentence {k}")  # k: 0-based
-            found = dict(translator.translate_stream(self._batches(ids, max_tokens, batch_size),
-                                                     need_attn=alignment))
+            found = {rows[j]: hyps for j, hyps in translator.translate_stream(
+                self._batches([ids[k] for k in rows], max_tokens, batch_size), need_attn=alignment)}
             return [self.translation(sentences[k], ids[k], found[k], alignment=alignment, attention=attention)
-                    for k in range(len(ids))]
+                    if k in found else blank_translation(sentences[k], alignment=alignment) for k in range(len(ids))]
 
     def _batches(self, ids: Sequence[torch.Tensor], max_tokens: int, batch_size: int
                  ) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor]]:
@@ -211,12 +223,47 @@ class TranslationModel:
 
 
 def _frozen(value: Any) -> Any:
-    """``value`` as a dictionary key: mappings and sequences (e.g. a search plugin's options) become tuples."""
+    """``value`` as a dictionary key: mappings and sequences (e.g. a search plugin's options) become tuples, and
+    each other value goes with its type (True, 1 and 1.0 are equal keys, but only 1 is a beam)."""
     if isinstance(value, dict):
         return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
     if isinstance(value, (list, tuple)):
         return tuple(_frozen(v) for v in value)
-    return value
+    return type(value), value
+
+
+def text_problem(sentence: object) -> str | None:
+    """Why ``sentence`` cannot be translated, with the fix, or None: it is not a string, or it holds a lone
+    surrogate (a JSON escape such as "\\ud800", or bytes decoded with "surrogateescape"), which no encoding of
+    text can hold and which the tokenizers and a JSON answer cannot write."""
+    if not isinstance(sentence, str):
+        return f"is a {type(sentence).__name__}, not a string; give raw text (str)"
+    try:
+        sentence.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return (f"holds a lone surrogate (U+{ord(sentence[e.start]):04X}) at character {e.start}, which is not "
+                "text; give valid Unicode text")
+    return None
+
+
+def _check_sentence_list(sentences: object, call: str) -> None:
+    """Refuse, naming the argument, ``sentences`` that are not an iterable of sentences (None, a number, bytes)."""
+    if isinstance(sentences, (bytes, bytearray)) or not isinstance(sentences, Iterable):
+        raise UsageError(f"{call}: sentences is {sentences!r:.40}, not a list of strings; give a list of raw "
+                         "sentences (or one string to translate() for one translation)")
+
+
+def searched_rows(ids: Sequence[torch.Tensor]) -> list[int]:
+    """The indices of the sources with something to translate. A source of nothing but </s> (an empty or
+    whitespace-only sentence: the tokenizer kept nothing) translates to the empty string without a search,
+    as OpenNMT-py's server does: searched, it would get whatever the model says to nothing ("Ein.")."""
+    return [k for k, row in enumerate(ids) if len(row) > 1]
+
+
+def blank_translation(sentence: str, *, alignment: bool = False) -> Translation:
+    """The translation of a sentence with nothing to translate (``searched_rows``): one hypothesis, the empty
+    string, with score 0 (an empty sum of log-probabilities) and no tokens or attention."""
+    return Translation(sentence, [], [TranslatedHypothesis("", [], 0.0, [], [] if alignment else None)])
 
 
 def load(path: str | Path, data: str | Path | None = None, *, bf16: bool = False, quantize: str = "none",
@@ -232,10 +279,12 @@ def load(path: str | Path, data: str | Path | None = None, *, bf16: bool = False
     from nmt.model_folder.layout import is_model_folder, read_manifest
     from nmt.plugin_loader import load_plugins
 
+    if not isinstance(path, (str, os.PathLike)) or not str(path).strip(":"):
+        raise UsageError(f"nmt.load(path): path is {path!r}; give a model folder written by nmt-export, or "
+                         "checkpoint(s) with data=<the data-bin they were trained on>")
     load_plugins(user_dir)
-    missing = [p for p in str(path).split(":") if p and not Path(p).exists()]
-    if missing:
-        raise UsageError(f"nmt.load({str(path)!r}): {missing[0]}: no such checkpoint or model folder")
+    for part in (p for p in str(path).split(":") if p):
+        _check_model_path(str(path), Path(part))
     data_dir, paths = model_and_data(str(data) if data else None, str(path))
     if not data_dir:
         raise UsageError(f"nmt.load({str(path)!r}): a checkpoint needs data=<the data-bin it was trained on> "
@@ -247,3 +296,20 @@ def load(path: str | Path, data: str | Path | None = None, *, bf16: bool = False
     ens = load_inference_models(inference, folder)
     info = read_manifest(paths) if paths and is_model_folder(paths) else {}
     return TranslationModel(ens, folder, str(paths), seed=seed, info=info)
+
+
+def _check_model_path(given: str, part: Path) -> None:
+    """Refuse, naming what it is, a ``part`` of nmt.load's path that is neither a checkpoint file nor a model
+    folder: a missing path, a data-bin, another folder."""
+    from nmt.data.metadata import METADATA_FILE
+    from nmt.model_folder.layout import MANIFEST, is_model_folder
+
+    where = f"nmt.load({given!r})" + ("" if str(part) == given else f": {part}")
+    if not part.exists():
+        raise UsageError(f"{where}: no such checkpoint or model folder")
+    if part.is_dir() and not is_model_folder(part):
+        if (part / METADATA_FILE).exists():
+            raise UsageError(f"{where}: is a data-bin (nmt-preprocess), not a model; give a model folder written by "
+                             f"nmt-export, or a checkpoint with data={str(part)!r}")
+        raise UsageError(f"{where}: is a folder without {MANIFEST}, not a model folder; give a model folder written "
+                         "by nmt-export, or a checkpoint file (e.g. checkpoint_best.pt) with data=<its data-bin>")

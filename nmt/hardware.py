@@ -1,9 +1,9 @@
 """What this machine computes with: the cores a process may use, and whether bf16 is worth choosing over fp32.
 
 bf16 pays only where its matrix products are faster than fp32's, and CPU flags do not say so: without
-AVX512-BF16 or AMX torch emulates them (4-6x slower for decoding, over 10x for training on a 2-core EPYC), and
-even with AVX512-BF16 but no AMX a 2-core Xeon (AVX10.1) multiplied bf16 at half fp32's speed (2026-11-26,
-docs/mixed-precision.md). So on a CPU the choice is measured."""
+AVX512-BF16 or AMX torch emulates them (several times slower to decode, over 10x slower to train), and even
+with AVX512-BF16 but no AMX a CPU may multiply bf16 at half fp32's speed (docs/mixed-precision.md). So on a
+CPU the choice is measured."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""mypy over nmt/, cli/ and plugins/, each file under the module name it is installed as.
+"""mypy over nmt/, cli/ and plugins/, each file under the module name it is installed as, and over benchmarks/
+and studies/
 
 pyproject.toml installs cli/ as nmt.cli and plugins/ as nmt.plugins ([tool.setuptools] package-dir).
 mypy names a file after its folders (cli/generate.py would be `cli.generate`) and does not follow the
@@ -29,6 +30,8 @@ from mypy.main import process_options
 from mypy.modulefinder import BuildSource
 
 ROOT = Path(__file__).resolve().parent.parent
+# packages run from the repository's root (python -m benchmarks), not installed
+RUN_FROM_ROOT = ("benchmarks", "studies")
 
 
 def package_dirs() -> dict[Path, str]:
@@ -52,7 +55,7 @@ def installed_name(path: str, roots: dict[Path, str]) -> str | None:
 def main(argv: list[str]) -> int:
     os.chdir(ROOT)  # mypy reads [tool.mypy] from the pyproject.toml of the working directory
     roots = package_dirs()
-    folders = sorted(str(folder.relative_to(ROOT)) for folder in roots)
+    folders = [*sorted(str(folder.relative_to(ROOT)) for folder in roots), *RUN_FROM_ROOT]
     fscache = FileSystemCache()
     sources, options = process_options([*argv, *folders], fscache=fscache)
     renamed = []

@@ -1,4 +1,5 @@
-"""Loading the scripts of examples/ in a test, and calling their click entry point as the shell would."""
+"""Loading a script that is not in a package (scripts/*.py) as a module in a test, and calling a click entry point
+as the shell would."""
 
 from __future__ import annotations
 
@@ -6,8 +7,6 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
-
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def load_module(path: Path) -> ModuleType:
@@ -21,13 +20,8 @@ def load_module(path: Path) -> ModuleType:
     return module
 
 
-def load_script(name: str) -> ModuleType:
-    """examples/NAME.py as a module."""
-    return load_module(EXAMPLES / f"{name}.py")
-
-
 def call(module: ModuleType, argv: list) -> int:
-    """Run the script's ``main`` with ``argv``; its exit code."""
+    """Run the module's click entry point ``main`` with ``argv``; its exit code."""
     try:
         module.main([str(a) for a in argv])
     except SystemExit as e:

@@ -26,6 +26,7 @@ def compiled_graphs() -> int:
     return counters["stats"]["unique_graphs"]
 
 
+@pytest.mark.slow  # torch.compile of the decoder step: over a minute
 def test_after_the_warm_up_the_kinds_of_step_it_met_compile_no_more(models, exported_model):
     eager, compiled = models
     assert all(isinstance(d, torch._dynamo.eval_frame.OptimizedModule) for d in compiled.ens.decoders)
@@ -50,6 +51,7 @@ def test_after_the_warm_up_the_kinds_of_step_it_met_compile_no_more(models, expo
     assert compiled_graphs() == warmed
 
 
+@pytest.mark.slow  # compiles the step when run without the test above
 @pytest.mark.parametrize("beam", [1, 2])
 def test_compiled_search_translates_like_the_eager_one(models, exported_model, beam):
     eager, compiled = models

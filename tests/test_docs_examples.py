@@ -1,4 +1,4 @@
-"""The worked plugin example of docs/writing-plugins.md runs: the files in docs/examples/my_plugins
+"""The worked plugin example of docs/writing-plugins.md runs: the files in examples/my_plugins
 train a tiny model through the real nmt-train (--user-dir is the only hook), the checkpoint records
 them, nmt-generate translates with them; and the Markdown shows exactly those files."""
 
@@ -16,7 +16,7 @@ import torch
 from train_toy_data import TINY_MODEL, make_toy_task
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "docs" / "examples" / "my_plugins"
+EXAMPLES = ROOT / "examples" / "my_plugins"
 GUIDE = ROOT / "docs" / "writing-plugins.md"
 
 
@@ -28,10 +28,10 @@ def included_blocks(markdown: str) -> dict[str, str]:
 
 def test_the_guide_shows_every_example_file_verbatim():
     blocks = included_blocks(GUIDE.read_text(encoding="utf-8"))
-    files = sorted(p.relative_to(ROOT / "docs").as_posix() for p in EXAMPLES.glob("*.py"))
+    files = sorted(p.relative_to(ROOT).as_posix() for p in EXAMPLES.glob("*.py"))
     assert sorted(blocks) == files
     for path, body in blocks.items():
-        assert body == (ROOT / "docs" / path).read_text(encoding="utf-8"), f"docs/writing-plugins.md: {path} differs"
+        assert body == (ROOT / path).read_text(encoding="utf-8"), f"docs/writing-plugins.md: {path} differs"
 
 
 def test_lion_moves_every_parameter_by_lr():

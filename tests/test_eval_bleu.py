@@ -106,7 +106,7 @@ def test_best_checkpoint_and_patience_follow_a_maximized_bleu(small_bin, tmp_pat
     (["--eval-bleu-args", '{"bem": 4}'], '--eval-bleu-args: unknown config key "bem". Did you mean "beam"?'),
     (["--eval-bleu-args", '{"beam": 0}'], "--eval-bleu-args: --beam 0: must be >= 1"),
     (["--eval-bleu-args", '{"search": "sampling", "temperature": 0}'],
-     "--eval-bleu-args: --temperature 0.0: must be > 0"),
+     "--eval-bleu-args: --temperature 0.0: must be in [0.01, 100]"),
     (["--eval-bleu-args", "beam=4"], "--eval-bleu-args 'beam=4': not valid JSON"),
     (["--eval-bleu-args", "[4]"], "--eval-bleu-args '[4]': give a JSON object of options"),
     (["--eval-bleu-detok", "nope"], "--eval-bleu-detok nope: choose pipeline or a tokenizer plugin: "),

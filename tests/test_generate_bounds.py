@@ -73,7 +73,8 @@ def test_beam_at_the_limit_runs(setup, capsys, search):
 
 def test_huge_length_limits_are_capped_by_the_model_positions(setup, capsys):
     """--max-len-a/-b beyond any position (even beyond int64) give the outputs of the largest limit
-    the model can position-encode; with --min-len just as huge every output is exactly that long."""
+    the model can position-encode; with --min-len at that limit every output is exactly that long, and a
+    --min-len above it is refused (it would lengthen outputs past the limit)."""
     folder, data_bin, _, short, _ = setup
     cap = POSITIONS - 1  # generated tokens; the eos takes the last position
     _, capped, _ = run(capsys, generate_main, data_bin, "--path", short, "--max-len-b", cap)
@@ -86,16 +87,19 @@ def test_huge_length_limits_are_capped_by_the_model_positions(setup, capsys):
     assert code == 0, err
     assert hypotheses(out) == hypotheses(capped)
     for beam in ("1", "3"):  # beam search compares --min-len with a tensor of steps (one per row)
-        code, out, err = run(capsys, generate_main, data_bin, "--path", short, "--max-len-b", HUGE, "--min-len", HUGE,
+        code, out, err = run(capsys, generate_main, data_bin, "--path", short, "--max-len-b", HUGE, "--min-len", cap,
                              "--beam", beam, "--batch-size", "2")
         assert code == 0, err
         assert [len(h.split()) for h in hypotheses(out).values()] == [cap] * 4
+    code, out, err = run(capsys, generate_main, data_bin, "--path", short, "--max-len-b", HUGE, "--min-len", HUGE)
+    one_error_line(err, "nmt-generate", f"--min-len {HUGE}", f"at most {cap}")
+    assert code == 2 and "H-" not in out
 
 
 def test_huge_length_limit_in_interactive(setup, capsys):
     folder, data_bin, _, short, _ = setup
     code, out, err = run(capsys, interactive_main, data_bin, "--path", short, "--input", folder / "in.txt",
-                         "--max-len-b", HUGE, "--min-len", HUGE, "--verbose")
+                         "--max-len-b", HUGE, "--min-len", POSITIONS - 1, "--verbose")
     assert code == 0, err
     assert [len(h.split()) for h in hypotheses(out).values()] == [POSITIONS - 1] * 2
 

@@ -45,6 +45,7 @@ def test_workers_give_one_process_hypotheses_and_alignments(setup, capsys, beam)
     assert not multiprocessing.active_children()
 
 
+@pytest.mark.slow  # ten worker processes, each loading torch and the model
 def test_more_workers_than_sentences(setup, capsys):
     _, data_bin, a = setup
     code, out, err = generate(capsys, data_bin, "--path", a, "--beam", "2", "--max-len-b", "4", "--quiet",

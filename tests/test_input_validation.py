@@ -2,7 +2,7 @@
 end with exit code 2 (usage) or 1 (runtime), exactly one stderr line ``nmt-x: error: ...`` that names
 the problem (the needles) and no traceback; ``--debug`` adds the traceback.
 
-Cases already covered elsewhere are not repeated here (docs/reliability.md lists them all):
+Cases already covered elsewhere are not repeated here (docs/reliability-*.md list them all):
 tests/test_preprocess_errors.py (missing --trainpref file, line-count mismatch, empty file, bad UTF-8
 with file and line, unknown --tokenizer/--bpe, --workers 0, destdir of other data),
 tests/test_train_cli.py (missing data-bin), tests/test_average_checkpoints.py (other dictionaries or

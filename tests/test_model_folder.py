@@ -39,8 +39,8 @@ def copy_folder(src: Path, dst: Path) -> Path:
 
 
 def leftovers(parent: Path) -> list[str]:
-    """Temporary folders nmt-export left in ``parent``."""
-    return sorted(p.name for p in parent.iterdir() if p.name.startswith(".") and p.name.endswith((".tmp", ".old")))
+    """Temporary folders nmt-export left in ``parent`` (``.NAME.tmp-XXXX``, nmt.data.work_dirs)."""
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith(".") and (".tmp" in p.name or ".old" in p.name))
 
 
 def test_the_folder_holds_weights_config_dictionaries_pipeline_and_card(exported_model):

@@ -11,7 +11,7 @@ from nmt.models import build_model
 from nmt.plugin_loader import import_user_dir, load_plugins
 
 # The worked example of docs/writing-plugins.md (Luong's multiplicative attention), used as is.
-PLUGIN = (Path(__file__).resolve().parent.parent / "docs" / "examples" / "my_plugins"
+PLUGIN = (Path(__file__).resolve().parent.parent / "examples" / "my_plugins"
           / "multiplicative_attention.py").read_text(encoding="utf-8")
 
 

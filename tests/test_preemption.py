@@ -22,6 +22,7 @@ from typing import Iterator
 
 import pytest
 
+from ctrl_c import ctrl_c_command
 from nmt.checkpoint.format import load_checkpoint
 from nmt.training import distributed, preemption
 from test_input_validation import LOG_RECORD
@@ -35,6 +36,7 @@ ARGS = ("--save-interval-updates", "0", "--max-update", str(MAX_UPDATE))
 FAULT_POINTS = Path(__file__).with_name("fault_points.py")
 STOP_LINE = re.compile(r"nmt-train: stopped by (.+) after update (\d+); saved (\S+); (.+)")
 TIMING = {"wps", "ups", "train_wall", "wall", "time"}  # the log's figures that measure time, not training
+MAX_REPEATS = 400  # signal_at(repeat_every=...) stops sending after this many repeats
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -94,13 +96,24 @@ def stop_line(err: str) -> re.Match:
 
 
 def signal_at(cmd: list[str], save_dir: Path, update: int, *signals: int, group: bool = False,
-              env: dict[str, str] | None = None) -> tuple[int, str]:
+              env: dict[str, str] | None = None, repeat_every: float = 0.0,
+              from_background_job: bool = False) -> tuple[int, str]:
     """Run ``cmd``; send ``signals`` one after the other (to its whole process group with ``group``) once
-    its train log records ``update``; returns its exit code and stderr."""
+    its train log records ``update``, and with ``repeat_every`` the last one again every that many seconds
+    until the process ends (at most MAX_REPEATS times); returns its exit code and stderr. ``cmd`` sets the
+    default SIGINT handling itself, whatever this process has (``from_background_job``: started by a parent
+    ignoring SIGINT; see tests/ctrl_c.py)."""
     err_path = save_dir.parent / f"{save_dir.name}.stderr"
     with open(err_path, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env or child_env(),
-                                start_new_session=group)
+        proc = subprocess.Popen(ctrl_c_command(cmd, from_background_job), stdout=subprocess.DEVNULL, stderr=err,
+                                env=env or child_env(), start_new_session=group)
+
+        def send(sig: int) -> None:
+            if group:
+                os.killpg(proc.pid, sig)
+            else:
+                os.kill(proc.pid, sig)
+
         try:
             deadline = time.monotonic() + 240
             while logged_update(save_dir) < update:
@@ -108,10 +121,12 @@ def signal_at(cmd: list[str], save_dir: Path, update: int, *signals: int, group:
                 assert time.monotonic() < deadline, "training did not reach the update in time"
                 time.sleep(0.002)
             for sig in signals:
-                if group:
-                    os.killpg(proc.pid, sig)
-                else:
-                    os.kill(proc.pid, sig)
+                send(sig)
+            for _ in range(MAX_REPEATS if repeat_every else 0):
+                time.sleep(repeat_every)
+                if proc.poll() is not None:  # not reaped before this check: the pid is still the process's
+                    break
+                send(signals[-1])
             proc.wait(timeout=240)
         finally:
             if proc.poll() is None:
@@ -162,6 +177,19 @@ def test_stopped_three_times_then_rerunning_the_command_ends_as_if_never_stopped
     code, err = signal_at(ref.command(save_dir), save_dir, at + 3, signal.SIGTERM)
     assert check_stopped(save_dir, code, err, "SIGTERM") >= at + 3
     check_resumes_exactly(ref, save_dir)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
+def test_a_signal_repeated_until_the_process_ends_still_exits_0_with_a_sound_checkpoint(ref, tmp_path, sig):
+    """A scheduler that sends the signal again every 0.15 s, through the stop's save and the process's shutdown:
+    one stop, exit 0 (the default action of a repeat after the run, exit 143/138, was the bug), checkpoint_last.pt
+    at the update the line names, and the same command resumes from it to the uninterrupted run's end."""
+    save_dir = tmp_path / "run"
+    code, err = signal_at(ref.command(save_dir), save_dir, 2, sig, repeat_every=0.15)
+    assert code == 0, f"exit {code} (negative: killed by that signal)\n{err[-3000:]}"
+    check_stopped(save_dir, code, err, sig.name)
+    if sig == signal.SIGTERM:  # one resume is enough: the stop is the same for both signals
+        check_resumes_exactly(ref, save_dir)
 
 
 def test_sigusr1_and_sigterm_to_every_process_with_accumulation_and_a_loader_worker_requeue_the_job(ref, tmp_path):
@@ -245,9 +273,12 @@ def test_a_time_limit_reached_by_one_rank_stops_both_after_the_same_update(ref, 
     assert load_checkpoint(save_dir / "checkpoint_last.pt")["training"]["num_updates"] == 1
 
 
-def test_ctrl_c_still_interrupts_at_once(ref, tmp_path):
+@pytest.mark.parametrize("from_background_job", [False, True], ids=["sigint-as-inherited", "sigint-ignored-by-parent"])
+def test_ctrl_c_still_interrupts_at_once(ref, tmp_path, from_background_job):
+    """SIGINT ends the run at once (exit 130, one line), also when the suite runs where SIGINT is ignored (a
+    background job, a service): the child sets its own handling (tests/ctrl_c.py)."""
     save_dir = tmp_path / "run"
-    code, err = signal_at(ref.command(save_dir), save_dir, 2, signal.SIGINT)
+    code, err = signal_at(ref.command(save_dir), save_dir, 2, signal.SIGINT, from_background_job=from_background_job)
     assert code == 130, err[-3000:]
     assert err.strip().splitlines()[-1] == "nmt-train: interrupted"
     assert "Traceback" not in err

@@ -1,8 +1,8 @@
-"""examples/recipes.py on a toy task: candidates trained for a time budget, scored on valid (best checkpoint
-and the average of the last ones, per length penalty), ensembles of two models (half the time each, or
-side by side on half the cores), the best setting on valid translated on the test split once (and a
-later best's too, the earlier kept), a rerun that trains nothing, and one with another length penalty
-that only scores the kept checkpoints."""
+"""studies/recipes (python -m studies.recipes) on a toy task: candidates trained for a time budget, scored on
+valid (best checkpoint and the average of the last ones, per length penalty), ensembles of two models (half the time
+each, or side by side on half the cores), the best setting on valid translated on the test split once (and a later
+best's too, the earlier kept), a rerun that trains nothing, and one with another length penalty that only scores the
+kept checkpoints."""
 
 from __future__ import annotations
 
@@ -11,22 +11,26 @@ import shutil
 
 import pytest
 
-from tests.example_scripts import call, load_script
+from studies.recipes import run as search, scoring
+from studies.recipes.table import markdown
+from studies.record import Table
+from tests.example_scripts import call
+from tests.repo_scripts import ROOT
 from tests.train_toy_data import make_toy_task
 
 TINY = ("--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 --decoder-embed-dim 32 "
         "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --num-threads 1 --log-format none "
         "--max-tokens 256 --max-update 12 --save-interval-updates 1")
+RECORDS = ROOT / "studies" / "recipes" / "record"
 
 
 @pytest.mark.slow
 def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
-    module = load_script("recipes")
     data = make_toy_task(tmp_path / "toy", n_train=120, n_valid=16)
     out = tmp_path / "runs"
     argv = [data, "--candidates", "ensemble,ensemble_side_by_side", "--minutes", "5", "--lenpens", "0.6,1.0", "--test",
             "--test-subset", "valid", "--precision", "fp32", "--out-dir", out, f"--train-args={TINY}"]
-    assert call(module, argv) == 0
+    assert call(search, argv) == 0
     runs = json.loads((out / "results.json").read_text())["runs"]
     assert set(runs) == {"ensemble", "ensemble_side_by_side", "test"} and runs["ensemble"]["updates"] == [12, 12]
     first, second = runs["ensemble"]["train_commands"]  # 5 minutes: half of it each, seeds 1 and 2
@@ -53,13 +57,13 @@ def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
     assert "| ensemble | (quickstart) | 12 + 12 |" in table and f"Chosen on valid: {winner} (" in table
 
     capsys.readouterr()
-    assert call(module, argv) == 0  # the rerun trains and translates nothing
+    assert call(search, argv) == 0  # the rerun trains and translates nothing
     assert capsys.readouterr().out.count("skipped") == 2
     assert json.loads((out / "results.json").read_text())["runs"] == runs
 
     more = [str(a) for a in argv]
     more[more.index("0.6,1.0")] = "0.6,1.0,1.4"
-    assert call(module, more) == 0  # another length penalty: scored on the kept checkpoints, nothing trained
+    assert call(search, more) == 0  # another length penalty: scored on the kept checkpoints, nothing trained
     commands = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")]
     assert [c.rsplit("/", 1)[-1] for c in commands] == ["nmt-generate"] * 6  # 2 models' best and averages, at 1.4
     rescored = json.loads((out / "results.json").read_text())["runs"]
@@ -73,7 +77,7 @@ def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
     results = json.loads((out / "results.json").read_text())
     (out / "results.json").write_text(json.dumps({**results, "runs": rescored}))
     capsys.readouterr()
-    assert call(module, more) == 0
+    assert call(search, more) == 0
     commands = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")]
     assert [c.rsplit("/", 1)[-1] for c in commands] == ["nmt-generate"]  # the new best only
     after = json.loads((out / "results.json").read_text())["runs"]
@@ -87,7 +91,7 @@ def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
     earlier_only[earlier_only.index("0.6,1.0,1.4")] = "1.0"
     table = (out / "table.md").read_text()
     capsys.readouterr()
-    assert call(module, earlier_only) == 0  # the best of the whole record is tested already, not the best of these
+    assert call(search, earlier_only) == 0  # the best of the whole record is tested already, not the best of these
     assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")]
     assert json.loads((out / "results.json").read_text())["runs"] == after
     # table.md is the record's: every candidate and length penalty in it, whatever this rerun named
@@ -98,12 +102,11 @@ def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
                                           (6, {"average": 5, "wide_average": 6}),
                                           (25, {"average": 5, "wide_average": 20})])
 def test_averages_span_what_exists_and_skip_repeats(tmp_path, monkeypatch, found, spans):
-    module = load_script("recipes")
     for update in range(found):
         (tmp_path / f"checkpoint_1_{update}.pt").touch()
     commands: list[list[str]] = []
-    monkeypatch.setattr(module, "call", lambda argv, *rest: commands.append([str(a) for a in argv]))
-    made = module.averages(tmp_path)
+    monkeypatch.setattr(scoring, "call", lambda argv, *rest: commands.append([str(a) for a in argv]))
+    made = scoring.averages(tmp_path)
     assert {kind: path.name for kind, path in made.items()} == {kind: f"checkpoint_{kind}.pt" for kind in spans}
     assert [int(c[c.index("--num-update-checkpoints") + 1]) for c in commands] == list(spans.values())
 
@@ -112,12 +115,11 @@ def test_averages_span_what_exists_and_skip_repeats(tmp_path, monkeypatch, found
 def test_record_dir_outlives_the_checkpoints(tmp_path, capsys):
     """--record-dir keeps results.json and table.md apart from the checkpoints: once --out-dir is gone, a rerun
     with another length penalty trains and translates nothing and says why, and --test is refused in one line."""
-    module = load_script("recipes")
     data = make_toy_task(tmp_path / "toy", n_train=120, n_valid=16)
     out, record = tmp_path / "runs", tmp_path / "record"
     argv = [data, "--candidates", "quickstart", "--minutes", "5", "--lenpens", "1.0", "--precision", "fp32",
             "--out-dir", out, "--record-dir", record, f"--train-args={TINY}"]
-    assert call(module, argv) == 0
+    assert call(search, argv) == 0
     assert (record / "table.md").is_file() and not (out / "results.json").exists()
     runs = json.loads((record / "results.json").read_text())["runs"]
     assert set(runs["quickstart"]["valid_bleu"]) == {"best/lenpen 1.0", "average/lenpen 1.0",
@@ -127,18 +129,26 @@ def test_record_dir_outlives_the_checkpoints(tmp_path, capsys):
     capsys.readouterr()
     more = [str(a) for a in argv]
     more[more.index("1.0")] = "1.0,1.4"
-    assert call(module, more) == 0
+    assert call(search, more) == 0
     printed = capsys.readouterr().out
     assert not [line for line in printed.splitlines() if line.startswith("$ ")]  # nothing trained or translated
     assert "quickstart: its best checkpoints are gone" in printed and "not scored with lenpen 1.4" in printed
     assert json.loads((record / "results.json").read_text())["runs"] == runs
 
-    assert call(module, [*argv, "--test"]) == 1
+    assert call(search, [*argv, "--test"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--test: the checkpoints of the best setting on valid (quickstart" in err[0], err
 
 
 def test_unknown_candidate_is_a_usage_error(tmp_path, capsys):
-    module = load_script("recipes")
-    assert call(module, [tmp_path, "--candidates", "quickstart,bigger"]) == 2
+    assert call(search, [tmp_path, "--candidates", "quickstart,bigger"]) == 2
     assert "bigger" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("record", sorted(p.name for p in RECORDS.iterdir()))
+def test_each_committed_record_shows_the_table_its_results_make(record):
+    """studies/recipes/record/*/table.md is what the search writes from the results.json beside it (so the README's
+    figures, quoted from the tables, rest on the records)."""
+    results = RECORDS / record / "results.json"
+    table = Table(results, json.loads(results.read_text(encoding="utf-8"))["settings"])
+    assert markdown(table) == (RECORDS / record / "table.md").read_text(encoding="utf-8")

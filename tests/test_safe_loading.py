@@ -24,7 +24,7 @@ from nmt.checkpoint.format import load_checkpoint
 from train_toy_data import TINY_MODEL, make_toy_task
 
 REPO = Path(__file__).resolve().parents[1]
-PRODUCT_FOLDERS = ("nmt", "cli", "plugins", "scripts", "benchmarks", "examples")
+PRODUCT_FOLDERS = ("nmt", "cli", "plugins", "scripts", "benchmarks", "examples", "studies")
 
 
 class _Hostile:
@@ -182,6 +182,7 @@ def test_code_is_imported_only_by_the_plugin_loader():
     (built-ins, installed entry points, --user-dir); nothing else turns data into imports."""
     allowed = {REPO / "nmt" / "plugin_loader.py",
                REPO / "scripts" / "gen_docs.py",  # a dev script importing nmt's own console-script modules
+               REPO / "benchmarks" / "__main__.py",  # imports the benchmark its own table names, to run it
                REPO / "nmt" / "registry.py"}  # each kind's base class, named by a constant of the core
     hits = [f"{p.relative_to(REPO)}:{i}" for p in _product_sources() if p not in allowed
             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)

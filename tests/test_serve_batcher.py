@@ -10,14 +10,13 @@ import threading
 import pytest
 import torch
 
+from batcher_setup import TOY_SENTENCES, toy_batcher
 from nmt.api import load
 from nmt.generation.inference import pad_batch
 from nmt.generation.search import LIVE_JOIN_EVERY, SentenceQueue
 from nmt.serve import cores
-from nmt.serve.batcher import DynamicBatcher, Job, QueueFull
+from nmt.serve.batcher import Job, QueueFull
 from nmt.serve.cores import SharedCores, searching_flags
-
-SENTENCES = ["a b c", "d e", "f g h i", "b a", "c c d e f", "g", "h i a b", "e d c"]
 
 
 @pytest.fixture(scope="module")
@@ -25,42 +24,37 @@ def model(exported_model):
     return load(str(exported_model.folder), threads=1)
 
 
-def batcher(model, **limits) -> DynamicBatcher:
-    options = {"max_tokens": 8192, "max_sentences": 4, "wait_seconds": 0.0, "max_queue": 64, **limits}
-    return DynamicBatcher(model, **options)
-
-
 def test_jobs_from_many_threads_get_what_each_sentence_gets_alone(model):
     gen = model.generation_config(beam=3)
-    alone = {s: model.translate_detailed([s], beam=3)[0] for s in SENTENCES}
-    worker = batcher(model)
+    alone = {s: model.translate_detailed([s], beam=3)[0] for s in TOY_SENTENCES}
+    worker = toy_batcher(model)
     worker.start()
     answers: dict[str, list] = {}
 
     def client(k: int) -> None:
-        chosen = [SENTENCES[k], SENTENCES[(k + 3) % len(SENTENCES)]]
+        chosen = [TOY_SENTENCES[k], TOY_SENTENCES[(k + 3) % len(TOY_SENTENCES)]]
         found = worker.submit(Job(chosen, [model.encode(s) for s in chosen], gen)).result(timeout=120)
         answers[f"{k}"] = list(zip(chosen, found))
 
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(len(SENTENCES))]
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(len(TOY_SENTENCES))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     worker.close(60)
-    assert len(answers) == len(SENTENCES)
+    assert len(answers) == len(TOY_SENTENCES)
     for pairs in answers.values():
         for sentence, translation in pairs:
             assert translation.source == sentence
             assert [h.tokens for h in translation.hypotheses] == [h.tokens for h in alone[sentence].hypotheses]
-    assert worker.stats.sentences == 2 * len(SENTENCES)
+    assert worker.stats.sentences == 2 * len(TOY_SENTENCES)
 
 
 def test_jobs_with_other_options_wait_for_their_own_search(model):
-    worker = batcher(model)
+    worker = toy_batcher(model)
     wide, greedy = model.generation_config(beam=3, nbest=2), model.generation_config(beam=1)
     futures = [worker.submit(Job([s], [model.encode(s)], gen, attention=k == 0))
-               for k, (s, gen) in enumerate(zip(SENTENCES, [wide, greedy] * 4))]
+               for k, (s, gen) in enumerate(zip(TOY_SENTENCES, [wide, greedy] * 4))]
     worker.start()
     results = [f.result(timeout=120)[0] for f in futures]
     worker.close(60)
@@ -71,19 +65,19 @@ def test_jobs_with_other_options_wait_for_their_own_search(model):
 
 def test_a_full_queue_refuses_and_a_closed_one_too(model):
     gen = model.generation_config(beam=1)
-    worker = batcher(model, max_queue=3)
-    worker.submit(Job(SENTENCES[:2], [model.encode(s) for s in SENTENCES[:2]], gen))
+    worker = toy_batcher(model, max_queue=3)
+    worker.submit(Job(TOY_SENTENCES[:2], [model.encode(s) for s in TOY_SENTENCES[:2]], gen))
     with pytest.raises(QueueFull, match="at most 3"):
-        worker.submit(Job(SENTENCES[2:4], [model.encode(s) for s in SENTENCES[2:4]], gen))
+        worker.submit(Job(TOY_SENTENCES[2:4], [model.encode(s) for s in TOY_SENTENCES[2:4]], gen))
     worker.start()
     worker.close(60)
     with pytest.raises(QueueFull, match="shutting down"):
-        worker.submit(Job(SENTENCES[:1], [model.encode(SENTENCES[0])], gen))
+        worker.submit(Job(TOY_SENTENCES[:1], [model.encode(TOY_SENTENCES[0])], gen))
 
 
 def test_a_failing_search_fails_its_jobs_and_the_worker_goes_on(model, monkeypatch):
     gen = model.generation_config(beam=2)
-    worker = batcher(model)
+    worker = toy_batcher(model)
     translator = model.translator(gen)
     original = translator.translate_stream
     calls = []
@@ -96,10 +90,10 @@ def test_a_failing_search_fails_its_jobs_and_the_worker_goes_on(model, monkeypat
 
     monkeypatch.setattr(translator, "translate_stream", broken_once)
     worker.start()
-    failed = worker.submit(Job(SENTENCES[:1], [model.encode(SENTENCES[0])], gen))
+    failed = worker.submit(Job(TOY_SENTENCES[:1], [model.encode(TOY_SENTENCES[0])], gen))
     with pytest.raises(RuntimeError, match="boom"):
         failed.result(timeout=60)
-    fine = worker.submit(Job(SENTENCES[:1], [model.encode(SENTENCES[0])], gen)).result(timeout=60)
+    fine = worker.submit(Job(TOY_SENTENCES[:1], [model.encode(TOY_SENTENCES[0])], gen)).result(timeout=60)
     worker.close(60)
     assert fine[0].hypotheses
 
@@ -164,7 +158,7 @@ def test_sentences_that_trickle_in_get_what_each_gets_alone_and_long_ones_are_ke
     from nmt.plugins.search import beam
 
     gen = model.generation_config(beam=3, min_len=4)  # every sentence runs a few steps: some outlive the others
-    sentences = [f"{s} {t}" for s in SENTENCES for t in SENTENCES[:3]]
+    sentences = [f"{s} {t}" for s in TOY_SENTENCES for t in TOY_SENTENCES[:3]]
     rows = [model.encode(s) for s in sentences]
     alone = [dict(model.translator(gen).translate_stream([([0], *pad_batch([row], 1))]))[0] for row in rows]
     split = []
@@ -208,9 +202,9 @@ def test_a_worker_searching_alone_borrows_the_idle_workers_threads(model, monkey
     torch.set_num_threads(2)
     shared = SharedCores(flags, 0, threads=1)  # made before the model is loaded, ...
     torch.set_num_threads(1)  # ... which sets the worker's own threads
-    worker = batcher(model, max_sentences=1, cores=shared)
+    worker = toy_batcher(model, max_sentences=1, cores=shared)
     try:
-        future = worker.submit(Job(SENTENCES[:4], [model.encode(s) for s in SENTENCES[:4]], gen))
+        future = worker.submit(Job(TOY_SENTENCES[:4], [model.encode(s) for s in TOY_SENTENCES[:4]], gen))
         worker.start()
         future.result(timeout=120)
         worker.close(60)

@@ -220,6 +220,55 @@ def test_shards_with_other_dictionaries_are_refused(shard_runs, tmp_path, capsys
     assert not (tmp_path / "ck" / "checkpoint_last.pt").exists()
 
 
+def refused_before_training(data: str, save_dir: Path, capsys) -> tuple[int, str]:
+    """nmt-train on ``data`` with --max-update 1 (it never reaches epoch 2): (exit code, its last stderr line);
+    nothing trained, nothing written."""
+    code = call_train(in_process(train_command(Path(data), save_dir, "--max-update", "1"), data))
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "num_updates" not in err, err
+    assert not save_dir.exists()
+    return code, err.strip().splitlines()[-1]
+
+
+def test_a_shard_of_another_language_pair_is_refused_before_training(shard_runs, tmp_path, capsys):
+    """Shard 1 binarized the other way round (same dictionaries, so their check passes): refused before update 1,
+    not when epoch 2 opens it (with a short --max-update, never); without its metadata.json, by its missing split."""
+    _, data = shard_runs
+    first = str(data).split(":")[0]
+    text = write_reverse_task(tmp_path / "text", n_train=20, seed=5)
+    other = tmp_path / "reversed"
+    code, _, err = run_preprocess(["--source-lang", TGT, "--target-lang", SRC, "--trainpref", f"{text}/train",
+                                   "--destdir", str(other), "--srcdict", f"{first}/dict.{TGT}.txt",
+                                   "--tgtdict", f"{first}/dict.{SRC}.txt"], capsys)
+    assert code == 0, err
+    fix = (f"binarize every shard with --source-lang {SRC} --target-lang {TGT} and the first shard's dictionaries "
+           f"(nmt-preprocess --srcdict {first}/dict.{SRC}.txt --tgtdict {first}/dict.{TGT}.txt), or write them "
+           "together with nmt-preprocess --num-shards N")
+    shards = f"{first}:{other}"
+    code, line = refused_before_training(shards, tmp_path / "ck", capsys)
+    assert code == 2
+    assert line == (f"nmt-train: error: shard 1 ({other}): a data-bin of {TGT}-{SRC} (its metadata.json), but the "
+                    f"first shard {first} is one of {SRC}-{TGT}; {fix}")
+    (other / "metadata.json").unlink()
+    code, line = refused_before_training(shards, tmp_path / "ck", capsys)
+    assert code == 2
+    assert line == (f"nmt-train: error: shard 1 ({other}): no 'train' split of {SRC}-{TGT} "
+                    f"({other}/train.{SRC}-{TGT}.{SRC}.bin/.idx missing) like {first}'s; {fix}")
+
+
+def test_a_truncated_shard_is_refused_before_training(shard_runs, tmp_path, capsys):
+    _, data = shard_runs
+    first, second = str(data).split(":")
+    copy = tmp_path / "shard1"
+    shutil.copytree(second, copy)
+    binary = copy / f"train.{SRC}-{TGT}.{TGT}.bin"
+    binary.write_bytes(binary.read_bytes()[:-3])
+    code, line = refused_before_training(f"{first}:{copy}", tmp_path / "ck", capsys)
+    assert code == 1
+    assert line == (f"nmt-train: error: {copy}/train.{SRC}-{TGT}.{TGT}: .idx/.bin sizes do not match "
+                    "(truncated copy?); re-run nmt-preprocess")
+
+
 # ---------------------------------------------------------------------------------------- the other commands
 
 

@@ -17,7 +17,10 @@ from typing import Any, Iterable
 
 import torch
 
+from nmt.bounded_read import regular_file
 from nmt.checkpoint.errors import CheckpointError
+
+_NMT_TRAIN_NAME = re.compile(r"checkpoint(?:_last|_best|\d+|_\d+_\d+|\.best_.+)\.pt")
 
 
 class DamagedFile(CheckpointError):
@@ -30,8 +33,8 @@ class DamagedFile(CheckpointError):
 
 def read_file(path: Path) -> dict[str, Any]:
     """The checkpoint's top-level dict, loaded weights-only on the CPU; any failure is a CheckpointError."""
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path}: no such file; check the path (or --save-dir / --restore-file)")
+    regular_file(path, CheckpointError, "give a checkpoint written by nmt-train",
+                 missing=f"checkpoint {path}: no such file; check the path (or --save-dir / --restore-file)")
     try:
         with zipfile.ZipFile(path) as archive:
             bad = archive.testzip()
@@ -85,10 +88,24 @@ def previous_good_checkpoint(folder: str | os.PathLike, exclude: Iterable[str | 
     return None
 
 
+def written_by_nmt_train(path: Path) -> bool:
+    """Whether ``path`` bears a name nmt-train gives its checkpoints (checkpoint_last.pt, checkpoint_best.pt,
+    checkpoint3.pt, checkpoint_3_500.pt, checkpoint.best_loss_4.2000.pt): only such a file may be
+    suggested for deletion, never a file of the user's (``--path /etc/passwd``)."""
+    return _NMT_TRAIN_NAME.fullmatch(path.name) is not None
+
+
 def damaged(error: DamagedFile) -> CheckpointError:
-    """``error`` with the fix: the newest good checkpoint beside the damaged one, or what to delete."""
+    """``error`` with the fix: the newest good checkpoint beside the damaged one; else, for a checkpoint
+    nmt-train wrote, what to delete to start afresh; else which file to give instead."""
     path = error.path
     good = previous_good_checkpoint(path.parent, exclude=[path])
-    fix = (f"the previous good checkpoint is {good}: resume from it with --restore-file {good}" if good
-           else f"no other good checkpoint is in {path.parent}; delete {path.name} to start afresh")
-    return CheckpointError(f"checkpoint {path} is truncated or corrupted ({error.why}); {fix}")
+    ours = written_by_nmt_train(path)
+    what = "is truncated or corrupted" if ours else "is not a checkpoint, or is truncated or corrupted"
+    if good:
+        fix = f"the previous good checkpoint is {good}: resume from it with --restore-file {good}"
+    elif ours:
+        fix = f"no other good checkpoint is in {path.parent}; delete {path.name} to start afresh"
+    else:
+        fix = "give a checkpoint written by nmt-train or nmt-average-checkpoints"
+    return CheckpointError(f"checkpoint {path} {what} ({error.why}); {fix}")

@@ -30,7 +30,7 @@ class ExportJob:
                                                "float16", "bfloat16", "float32"])
     scores: Optional[str] = opt(None, "An nmt-generate output (stdout, or generate-test.txt from --results-path): "
                                       "its BLEU and sacreBLEU signature go into the model card.")
-    force: bool = opt(False, "Replace an existing --output folder, only once the new one is complete (--format "
-                             "nmt replaces only a model folder, never a folder of other files).")
+    force: bool = opt(False, "Replace the files an earlier nmt-export wrote in --output (a model folder), once the "
+                             "new ones are complete; the folder's other files are kept (--format nmt only).")
     source_lang: Optional[str] = opt(None, "Source language [default: read from the data-bin].")
     target_lang: Optional[str] = opt(None, "Target language [default: read from the data-bin].")

@@ -27,9 +27,12 @@ class GenerationConfig:
                            low=0, group=GEN)
     max_len_b: int = opt(200, "Output length limit: a * source length + b.", low=0, group=GEN)
     min_len: int = opt(1, "Minimum output length (tokens before the end of sentence).", low=0, group=GEN)
+    # Both bounded so every score stays a finite float32: length^lenpen of any output length a model
+    # has positions for, and a penalty beyond 100 nats, which already keeps <unk> out (or in) everywhere.
     lenpen: float = opt(1.0, "Length penalty: hypothesis score = sum of log-probs / length^lenpen "
-                             "(< 1 favours short outputs, > 1 long ones).", group=GEN)
-    unkpen: float = opt(0.0, "Unknown-word penalty, subtracted from <unk>'s log-probability.", group=GEN)
+                             "(< 1 favours short outputs, > 1 long ones).", low=-5, high=5, group=GEN)
+    unkpen: float = opt(0.0, "Unknown-word penalty, subtracted from <unk>'s log-probability.", low=-100, high=100,
+                        group=GEN)
     no_repeat_ngram_size: int = opt(0, "Never repeat an n-gram of this size in an output (0: off).", low=0,
                                     group=GEN)
     print_alignment: bool = opt(False, "Print A- lines: for each target token the source position it "

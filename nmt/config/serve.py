@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from nmt.config.fields import opt
 from nmt.config.generate import TranslateJob
+from nmt.errors import ConfigError
 
 SERVE = "server"
+# one path segment of --url-root: RFC 3986's path characters, without percent-escapes (a route is matched on the
+# decoded path, so "/a%2Fb" would not be the route it looks like)
+URL_SEGMENT = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@-]+")
 
 
 @dataclass
@@ -43,6 +48,24 @@ class ServeJob(TranslateJob):
                                      "server exits.", low=0, group=SERVE)
 
     def route_prefix(self) -> str:
-        """--url-root as routes start with it: "" or "/translator" (one leading slash, no trailing one)."""
-        root = self.url_root.strip("/")
-        return f"/{root}" if root else ""
+        """--url-root as routes start with it: "" or "/translator" (one leading slash, no trailing one); a
+        ConfigError unless it is a plain path: a leading "/", no query, fragment, empty, "." or ".." segment."""
+        root = self.url_root
+        if not root or root == "/":
+            return ""
+        why = None
+        if not root.startswith("/"):
+            why = "does not start with /"
+        else:
+            segments = root[1:].removesuffix("/").split("/")
+            bad = next((s for s in segments if s in ("", ".", "..") or not URL_SEGMENT.fullmatch(s)), None)
+            if bad == "":
+                why = "has an empty segment (//)"
+            elif bad in (".", ".."):
+                why = f"has a {bad!r} segment"
+            elif bad is not None:
+                why = f"segment {bad!r} is not plain path text"
+        if why:
+            raise ConfigError(f"--url-root {root}: {why}; give a path such as /translator (a leading /, then letters, "
+                              "digits and -._~ between slashes; no ?, #, % or spaces)")
+        return "/" + root.strip("/")

@@ -170,8 +170,11 @@ class PassRunner:
         self.workers = max(1, workers)
         self._pool = None
         if self.workers > 1:
-            self._pool = multiprocessing.get_context().Pool(self.workers, initializer=_init_worker,
-                                                            initargs=(user_dir,))
+            from nmt.data.work_dirs import workers_starting
+
+            with workers_starting():
+                self._pool = multiprocessing.get_context().Pool(self.workers, initializer=_init_worker,
+                                                                initargs=(user_dir,))
 
     def map(self, fn: Callable[[tuple], RangeResult], tasks: list[tuple]) -> list[RangeResult]:
         if self._pool is None or len(tasks) == 1:

@@ -21,6 +21,7 @@ from nmt.data.data_shards import SHARD_PREFIX, shard_folder_name
 from nmt.data.metadata import METADATA_FILE, data_bin_files, read_metadata
 from nmt.data.work_dirs import new_work_dir, release, stop_signals_deferred
 from nmt.errors import DataError, UsageError
+from nmt.owned_files import files_under, foreign_entries, move_files_into
 
 _OTHER = "choose another --destdir (a new or empty folder)"
 _SHARD = re.compile(re.escape(SHARD_PREFIX) + r"(0|[1-9][0-9]*)")
@@ -37,27 +38,30 @@ def job_fingerprint(options: dict[str, Any], inputs: list[Path], user_dir: str |
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def resolve_destdir(destdir: str | Path) -> Path:
-    """The absolute, link-free path of ``--destdir`` (``.``, ``..`` and links resolved), checked to be
-    a place a folder can be: not the root, not a file, not under a file."""
+def resolve_destdir(destdir: str | Path, option: str = "--destdir") -> Path:
+    """The absolute, link-free path of ``option`` (``--destdir``, nmt-export's ``--output``: ``.``, ``..``
+    and links resolved), checked to be a place a folder can be: not the root, not a file, not under a file."""
     given = str(destdir)
+    other = f"choose another {option} (a new or empty folder)"
     if not given.strip():
-        raise UsageError("--destdir is empty; give the folder to write the data-bin to, e.g. --destdir data-bin/en_de")
+        raise UsageError(f"{option} is empty; give the folder to write to, e.g. {option} "
+                         f"{'data-bin/en_de' if option == '--destdir' else 'models/en_de'}")
     try:
         path = Path(given).resolve()
     except (RuntimeError, OSError):  # a symbolic link loop (RuntimeError before Python 3.13)
-        raise UsageError(f"--destdir {given}: a symbolic link loop (or a path that cannot be resolved); "
-                         f"fix the link or {_OTHER}") from None
+        raise UsageError(f"{option} {given}: a symbolic link loop (or a path that cannot be resolved); "
+                         f"fix the link or {other}") from None
     if path.parent == path:
-        raise UsageError(f"--destdir {given}: is the root folder; {_OTHER}")
+        raise UsageError(f"{option} {given}: is the root folder; {other}")
     try:
         existing = next(p for p in path.parents if p.exists())
         if not existing.is_dir():
-            raise UsageError(f"--destdir {given}: {existing} is a file, not a folder; {_OTHER}")
+            shown = existing if Path(given).is_absolute() else os.path.relpath(existing)  # as the user wrote it
+            raise UsageError(f"{option} {given}: {shown} is a file, not a folder; {other}")
         if path.exists() and not path.is_dir():
-            raise UsageError(f"--destdir {given}: exists and is not a folder; {_OTHER}")
+            raise UsageError(f"{option} {given}: exists and is not a folder; {other}")
     except OSError as e:
-        raise UsageError(f"--destdir {given}: cannot be checked ({e.strerror}); {_OTHER}") from None
+        raise UsageError(f"{option} {given}: cannot be checked ({e.strerror}); {other}") from None
     return path
 
 
@@ -68,26 +72,6 @@ def check_writable(destdir: Path) -> None:
     for folder in (existing, destdir) if destdir.exists() else (existing,):
         if not os.access(folder, os.W_OK | os.X_OK):
             raise UsageError(f"--destdir {destdir}: no permission to write in {folder}; {_OTHER}")
-
-
-def _listing(folder: Path, sub_folders: tuple[str, ...] = ("raw", "text"),
-             shards: bool = True) -> tuple[list[str], list[str]]:
-    """(regular files as relative paths, anything else: links, special files, other sub-folders);
-    the files of ``shardK`` folders (themselves data-bins) are listed too."""
-    files: list[str] = []
-    odd: list[str] = []
-    for entry in sorted(folder.iterdir()):
-        if entry.is_symlink():
-            odd.append(entry.name)
-        elif entry.is_file():
-            files.append(entry.name)
-        elif entry.is_dir() and (entry.name in sub_folders or (shards and _SHARD.fullmatch(entry.name))):
-            sub_files, sub_odd = _listing(entry, sub_folders if entry.name not in sub_folders else (), False)
-            files += [f"{entry.name}/{n}" for n in sub_files]
-            odd += [f"{entry.name}/{n}" for n in sub_odd]
-        else:
-            odd.append(entry.name)
-    return files, odd
 
 
 def _metadata_or_none(folder: Path) -> dict[str, Any] | None:
@@ -139,19 +123,18 @@ def destdir_state(destdir: str | Path, fingerprint: str, overwrite: bool, inputs
     destdir = resolve_destdir(destdir)
     if not destdir.exists():
         return "new"
-    files, odd = _listing(destdir)
-    if not files and not odd:
+    entries = sorted(p.name for p in destdir.iterdir())
+    if not entries:
         return "empty"
     own = _own_files(destdir)
     if own is None:
-        first = (odd + files)[0]
         raise UsageError(f"--destdir {shown}: is not empty and is not a data-bin written by nmt-preprocess "
-                         f"(it holds {first}{' and more' if len(odd + files) > 1 else ''}, and no valid "
+                         f"(it holds {entries[0]}{' and more' if len(entries) > 1 else ''}, and no valid "
                          f"{METADATA_FILE}); nmt-preprocess never replaces such a folder: {_OTHER}")
     meta, allowed = own
     if meta.get("job_fingerprint") == fingerprint and not overwrite:
         return "same"
-    foreign = odd + [f for f in files if f not in allowed]
+    foreign = foreign_entries(destdir, allowed)
     if foreign:
         raise UsageError(f"--destdir {shown}: a data-bin that also holds {foreign[0]}, which nmt-preprocess did "
                          f"not write; it replaces only a folder of its own files: move {foreign[0]} away or {_OTHER}")
@@ -165,8 +148,9 @@ def destdir_state(destdir: str | Path, fingerprint: str, overwrite: bool, inputs
     return "replace"
 
 
-def make_parents(destdir: Path) -> list[Path]:
-    """Create the missing folders above ``destdir``; returns those created (to remove on failure)."""
+def make_parents(destdir: Path, option: str = "--destdir") -> list[Path]:
+    """Create the missing folders above ``destdir`` (given as ``option``); returns those created (to remove
+    on failure)."""
     missing = [p for p in destdir.parents if not p.exists()]
     for folder in reversed(missing):
         try:
@@ -175,7 +159,8 @@ def make_parents(destdir: Path) -> list[Path]:
             pass
         except OSError as e:
             remove_empty(missing)
-            raise UsageError(f"--destdir {destdir}: cannot create {folder} ({e.strerror}); {_OTHER}") from None
+            raise UsageError(f"{option} {destdir}: cannot create {folder} ({e.strerror}); choose another {option} "
+                             "(a new or empty folder)") from None
     return missing
 
 
@@ -212,10 +197,7 @@ def move_into_place(tmp: Path, destdir: str | Path, state: str) -> list[str]:
     old = None
     with stop_signals_deferred():
         if state == "empty":
-            entries = sorted(tmp.iterdir(), key=lambda p: p.name == METADATA_FILE)  # metadata.json last
-            for entry in entries:
-                os.replace(entry, destdir / entry.name)
-            tmp.rmdir()
+            move_files_into(tmp, destdir, METADATA_FILE)
         elif state == "replace":
             old = new_work_dir(destdir, "old")
             os.replace(destdir, old / destdir.name)
@@ -229,7 +211,7 @@ def move_into_place(tmp: Path, destdir: str | Path, state: str) -> list[str]:
             os.replace(tmp, destdir)
     if old is None:
         return []
-    removed = _listing(old / destdir.name)[0]
+    removed = files_under(old / destdir.name)
     shutil.rmtree(old, ignore_errors=True)
     return removed
 
@@ -240,7 +222,7 @@ def metadata_languages(data: str | Path, source_lang: str | None,
     one is missing and there is no metadata.json to read it from."""
     if source_lang and target_lang:
         return source_lang, target_lang
-    if not (Path(data) / METADATA_FILE).is_file():
+    if not (Path(data) / METADATA_FILE).exists():  # one that is there but not a regular file is named by read_metadata
         return None
     info = read_metadata(data)
     return source_lang or info["source_lang"], target_lang or info["target_lang"]

@@ -46,29 +46,6 @@ def train_shard_index(epoch: int, num_shards: int) -> int:
     return (epoch - 1) % num_shards
 
 
-def check_same_dictionaries(shards: list[str], src: str, tgt: str) -> None:
-    """Every shard must hold the first shard's dictionaries (token ids mean the same in every shard);
-    a mismatch is one line naming the shard and how to binarize it again."""
-    from nmt.data.dictionary import Dictionary
-
-    if len(shards) < 2:
-        return
-    first = Path(shards[0])
-    expected = {lang: Dictionary.load(first / f"dict.{lang}.txt").fingerprint() for lang in (src, tgt)}
-    fix = (f"binarize every shard with the first shard's dictionaries (nmt-preprocess --srcdict "
-           f"{first / f'dict.{src}.txt'} --tgtdict {first / f'dict.{tgt}.txt'}), or write them together with "
-           "nmt-preprocess --num-shards N")
-    for k, shard in enumerate(shards[1:], start=1):
-        for lang in (src, tgt):
-            path = Path(shard) / f"dict.{lang}.txt"
-            if not path.is_file():
-                raise UsageError(f"shard {k} ({shard}): no dict.{lang}.txt, so it is no data-bin of {src}-{tgt} "
-                                 f"like {first}; {fix}")
-            if Dictionary.load(path).fingerprint() != expected[lang]:
-                raise UsageError(f"shard {k} ({shard}): dict.{lang}.txt differs from {first}'s; all shards must "
-                                 f"share the dictionaries: {fix}")
-
-
 def deal_lines(text: Path, parts: list[Path]) -> None:
     """Write line i of ``text`` to ``parts[i mod n]``: every shard gets the same mix of the corpus,
     whatever order its sources were concatenated in. One streaming pass (memory does not grow with

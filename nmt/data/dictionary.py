@@ -13,6 +13,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from nmt.bounded_read import regular_file
 from nmt.errors import DataError
 from nmt.fileio import atomic_write, bounded_lines
 
@@ -141,10 +142,10 @@ class Dictionary:
     @classmethod
     def load(cls, path: str | Path) -> "Dictionary":
         path = Path(path)
-        if not path.is_file():
-            raise DataError(f"{path}: no such dictionary file; run nmt-preprocess first or fix the path")
-        d = cls()
         fix = "re-run nmt-preprocess, or give the dict.LANG.txt it wrote"
+        regular_file(path, DataError, fix,  # a FIFO in its place would block the read
+                     missing=f"{path}: no such dictionary file; run nmt-preprocess first or fix the path")
+        d = cls()
         with open(path, "rb") as f:
             for lineno, raw in enumerate(bounded_lines(f, MAX_LINE_BYTES), 1):
                 try:  # the line is not quoted in errors: a damaged or foreign file may hold anything

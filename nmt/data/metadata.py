@@ -9,11 +9,11 @@ from the file's content is put in the message (a key name and its expected type 
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
+from nmt.bounded_read import parse_json, read_bounded
 from nmt.errors import DataError
 
 METADATA_FILE = "metadata.json"
@@ -43,12 +43,7 @@ def _value(meta: dict[str, Any], key: str) -> Any:
 def parse_metadata(raw: bytes, path: Path) -> dict[str, Any]:
     """The checked content of a metadata.json given as bytes; ``DataError`` naming ``path`` and the
     key when it is not what nmt-preprocess writes."""
-    try:
-        meta = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise DataError(f"{path}: not UTF-8 text; {_FIX}") from None
-    except json.JSONDecodeError as e:  # its message holds a position, not the file's content
-        raise DataError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); {_FIX}") from None
+    meta = parse_json(raw, path, DataError, _FIX)
     if not isinstance(meta, dict):
         raise DataError(f"{path}: holds no JSON object; {_FIX}")
     for key, kind in _SCHEMA:
@@ -72,11 +67,8 @@ def parse_metadata(raw: bytes, path: Path) -> dict[str, Any]:
 def read_metadata(data_dir: str | Path) -> dict[str, Any]:
     """The checked metadata.json of ``data_dir``; a missing, oversized or damaged file is a ``DataError``."""
     path = Path(data_dir) / METADATA_FILE
-    if not path.is_file():
-        raise DataError(f"{path}: missing; {data_dir} is not a folder written by nmt-preprocess")
-    if path.stat().st_size > MAX_METADATA_BYTES:
-        raise DataError(f"{path}: {path.stat().st_size} bytes, far more than a metadata.json holds; {_FIX}")
-    return parse_metadata(path.read_bytes(), path)
+    missing = f"{path}: missing; {data_dir} is not a folder written by nmt-preprocess"
+    return parse_metadata(read_bounded(path, MAX_METADATA_BYTES, METADATA_FILE, DataError, _FIX, missing), path)
 
 
 def data_bin_files(meta: dict[str, Any]) -> set[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from nmt.bounded_read import regular_file
 from nmt.data.metadata import METADATA_FILE, read_metadata
 from nmt.errors import ConfigError, DataError
 
@@ -151,4 +152,5 @@ def codes_inside(data_dir: str | Path, name: str, lang: str) -> Path:
     if relative.is_absolute() or ".." in relative.parts or not path.is_relative_to(folder):
         raise DataError(f"{Path(data_dir) / METADATA_FILE}: the BPE codes of {lang!r} must be a file inside the "
                         "data-bin (no absolute path, no \"..\", no link out of it); re-run nmt-preprocess")
+    regular_file(path, DataError, "re-run nmt-preprocess to write it again")  # a FIFO would block the read
     return path

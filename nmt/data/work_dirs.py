@@ -114,9 +114,17 @@ class _Stop:
             raise KeyboardInterrupt
 
 
+def _never() -> bool:
+    return False
+
+
 @contextlib.contextmanager
-def signals_handled(signals: Iterable[int], handler: Callable[[int, Any], Any]) -> Iterator[bool]:
-    """Within the block ``handler`` receives ``signals``; the previous handlers come back after it.
+def signals_handled(signals: Iterable[int], handler: Callable[[int, Any], Any],
+                    ignore_after: Callable[[], bool] = _never) -> Iterator[bool]:
+    """Within the block ``handler`` receives ``signals``; the previous handlers come back after it, unless
+    ``ignore_after()`` is then true: the process is on its way out (it was asked to stop) and the signals
+    stay ignored until it exits, so a repeat cannot kill it with the default action in its last moments.
+    SIG_IGN, not a Python handler: Python puts the default back for those while it shuts down.
     Yields False and changes nothing outside the main thread, where Python cannot set handlers."""
     if threading.current_thread() is not threading.main_thread():
         yield False
@@ -125,8 +133,9 @@ def signals_handled(signals: Iterable[int], handler: Callable[[int, Any], Any]) 
     try:
         yield True
     finally:
+        ignore = ignore_after()
         for sig, old in previous.items():
-            signal.signal(sig, signal.SIG_DFL if old is None else old)
+            signal.signal(sig, signal.SIG_IGN if ignore else signal.SIG_DFL if old is None else old)
 
 
 @contextlib.contextmanager
@@ -147,11 +156,27 @@ def stop_signals_deferred() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
+@contextlib.contextmanager
+def workers_starting() -> Iterator[None]:
+    """Around starting pool workers (their initializer calls :func:`worker_signals`): SIGINT/SIGTERM are held
+    (blocked) meanwhile. A forked worker runs this process's handlers until its initializer sets its own, and
+    a pool ended right after it started (an input refused at once) made a worker not yet initialized print a
+    KeyboardInterrupt traceback. Held, the signal reaches the worker once it is ready for it, and this process
+    once the workers are started."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def worker_signals() -> None:
     """In a pool worker: the parent handles interruptions and terminates the pool (with SIGTERM,
-    which must kill the worker, not raise inside it)."""
+    which must kill the worker, not raise inside it). Then the signals held since the start
+    (:func:`workers_starting`) may come."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
 
 
 def loader_worker_signals(worker_id: int = 0) -> None:

@@ -42,11 +42,11 @@ def check_beam_fits_vocabulary(beam: int, tgt_dict: Any, dict_name: str) -> None
 
 
 def within_positions(gen: Any, positions: int) -> Any:
-    """``gen`` (a GenerationConfig) with --min-len and --no-repeat-ngram-size above the models'
-    ``positions`` lowered to them. No output is longer than that, so the search is the same, but the
-    rules compare these numbers with step tensors, which cannot hold a value beyond int64."""
-    return dataclasses.replace(gen, min_len=min(gen.min_len, positions),
-                               no_repeat_ngram_size=min(gen.no_repeat_ngram_size, positions))
+    """``gen`` (a GenerationConfig) with --no-repeat-ngram-size above the models' ``positions`` lowered
+    to them. No output is longer than that, so the search is the same, but the rules compare it with
+    step tensors, which cannot hold a value beyond int64. (A --min-len that high is refused before:
+    nmt.generation.search_options.check_fits_model.)"""
+    return dataclasses.replace(gen, no_repeat_ngram_size=min(gen.no_repeat_ngram_size, positions))
 
 
 def check_lengths(lengths: Sequence[int] | np.ndarray, limit: int, where: Callable[[int], str], side: str,

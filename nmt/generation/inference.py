@@ -15,8 +15,9 @@ import torch
 from nmt.config.generate import GenerationConfig, InferenceConfig
 from nmt.errors import ConfigError, UsageError
 from nmt.generation.ensemble import EnsembleModel
-from nmt.generation.guards import check_beam_fits_vocabulary, check_finite_hypotheses, check_lengths, within_positions
+from nmt.generation.guards import check_finite_hypotheses, check_lengths, within_positions
 from nmt.generation.search import Hypothesis, Search, SourceBatch, build_search
+from nmt.generation.search_options import check_fits_model
 from nmt.models.attention import AttentionBase
 from nmt.models.row_buckets import BucketedLinear, PackedProjection, pack_weight
 
@@ -37,15 +38,16 @@ def open_data_dir(data: str | None, source_lang: str | None, target_lang: str | 
     when it is sharded (``a:b``, whose shards must share the dictionaries), where its test and
     validation splits are too (fairseq's convention)."""
     from nmt.data.data_dir import resolve_langs
-    from nmt.data.data_shards import check_same_dictionaries, data_shards
+    from nmt.data.data_shards import data_shards
     from nmt.data.dictionary import Dictionary
+    from nmt.data.shard_checks import check_same_dictionaries
 
     shards = data_shards(data) if data else [data]
     src, tgt = resolve_langs(shards[0], source_lang, target_lang)
     assert shards[0] is not None  # resolve_langs refuses a missing folder
     folder = Path(shards[0])
     for lang in (src, tgt):
-        if not (folder / f"dict.{lang}.txt").is_file():
+        if not (folder / f"dict.{lang}.txt").exists():  # one that is not a regular file is named by Dictionary.load
             raise UsageError(f"{folder}: no dict.{lang}.txt; check --source-lang/--target-lang or re-run "
                              "nmt-preprocess")
     check_same_dictionaries([str(s) for s in shards], src, tgt)
@@ -288,8 +290,9 @@ def load_inference_models(inf: InferenceConfig, data: DataDir) -> EnsembleModel:
 
 
 def search_for(gen: GenerationConfig, ens: EnsembleModel, data: DataDir, seed: int) -> Search:
-    """The search ``gen`` configures, for these models (their decoder start, their longest output)."""
-    check_beam_fits_vocabulary(gen.beam, data.tgt_dict, str(data.path / f"dict.{data.tgt}.txt"))
+    """The search ``gen`` configures, for these models (their decoder start, their longest output); options the
+    models cannot honour are refused here, for every caller (nmt.generation.search_options)."""
+    check_fits_model(gen, ens.max_target_positions(), data.tgt_dict, str(data.path / f"dict.{data.tgt}.txt"))
     start = decoder_start(ens, data.tgt_dict)
     gen = within_positions(gen, ens.max_target_positions())
     return build_search(gen, data.tgt_dict, seed=seed, decoder_start=start)

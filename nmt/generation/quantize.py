@@ -1,10 +1,10 @@
 """``--quantize int8|fp16``: dynamic quantization of the models' linear layers for CPU inference.
 
 A decoding step of a few rows spends most of its time in the linear layers and the output projection,
-and torch's fp32 product is slow for so few rows: 5 rows against the peer model's 9,808 x 256 output
-matrix took 0.70 ms on a 2-core EPYC, where reading that matrix once took 0.08 ms, and ran at a quarter of
-the arithmetic rate of 640 rows (``benchmarks/small_products.py``). fbgemm's dynamic-quantized Linear keeps
-its weights packed once, in fewer bytes:
+and torch's fp32 product is slow for so few rows: against a vocabulary-sized output matrix that fits the
+cache, a few rows take several times what reading the matrix takes, at a fraction of the arithmetic rate of
+hundreds of rows (benchmarks/RESULTS.md, small_products). fbgemm's dynamic-quantized Linear keeps its weights
+packed once, in fewer bytes:
 
 - ``int8``: weights int8 per output channel, activations quantized per batch at run time. The fastest;
   hypotheses differ from fp32's for about one sentence in six (docs/generation.md).
@@ -41,7 +41,7 @@ _INT8 = torch.ops.quantized.linear_dynamic.default
 class PackedLinear(nn.Module):
     """A linear layer whose weights and bias fbgemm holds packed (int8 or fp16), for fp32 inputs (..., in)
     -> (..., out). It calls the kernel directly: torch.ao's dynamic-quantized Linear runs the same one but
-    spends ~12 us of Python per call getting there, 5% of a lone sentence's beam search on the peer model."""
+    spends Python on every call getting there, a noticeable share of a lone sentence's beam search."""
 
     def __init__(self, quantized: Any):  # torch.ao's dynamic-quantized Linear (untyped)
         super().__init__()

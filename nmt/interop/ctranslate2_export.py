@@ -37,6 +37,7 @@ from nmt.fileio import DiskFullError
 from nmt.models.attention import AttentionBase
 from nmt.models.layers import DecoderLayer, EncoderLayer, FeedForward, Residual
 from nmt.models.transformer import Embedder, TransformerDecoder, TransformerEncoder, TransformerModel
+from nmt.owned_files import move_files_into
 
 WHO = "nmt-export --format ctranslate2"
 FALLBACK = "export with --format nmt instead"
@@ -239,9 +240,9 @@ def suppressed_symbols(decoder_start: str) -> list[list[str]]:
 
 
 def _save(spec: Any, output: Path) -> None:
-    """``spec.save`` into a private folder beside ``output``, renamed to ``output`` once complete (an
-    empty ``output`` is replaced by it); on any failure the private folder and the parent folders
-    this made are removed."""
+    """``spec.save`` into a private folder beside ``output``, renamed to ``output`` once complete (or its
+    files moved into an empty ``output``, model.bin last); on any failure the private folder and the
+    parent folders this made are removed."""
     created = [p for p in output.parents if not p.exists()]  # deepest first
     tmp = None
     try:
@@ -254,9 +255,11 @@ def _save(spec: Any, output: Path) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result is an ordinary folder
         with stop_signals_deferred():
-            if output.is_dir():
-                output.rmdir()  # checked empty; fails (and nothing is lost) if something appeared since
-            os.replace(tmp, output)
+            if output.is_dir():  # the user's empty folder stays theirs: filled, not replaced
+                check_output(output)  # something may have appeared since
+                move_files_into(tmp, output, "model.bin")
+            else:
+                os.replace(tmp, output)
     except BaseException as e:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

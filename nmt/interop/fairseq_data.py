@@ -1,7 +1,7 @@
 """fairseq data-bin folders: its dictionaries and its ``MMIDIDX`` memory-mapped datasets, and a
 lossless conversion into an nmt data-bin (``nmt-import-fairseq data``).
 
-We convert rather than read fairseq folders in place (issue 8, option 2): the rest of nmt then
+We convert rather than read fairseq folders in place: the rest of nmt then
 meets one data format, and the conversion checks every id against the dictionary once.
 
 fairseq's ``dict.<lang>.txt`` uses our convention already (``<s> <pad> </s> <unk>`` implied in
@@ -189,6 +189,7 @@ def convert_data_bin(fairseq_dir: str | Path, output: str | Path, *, source_lang
     """Convert every split of a fairseq data-bin into an nmt data-bin at ``output`` (written in a
     temp folder and renamed into place); returns the metadata written."""
     from nmt.data.data_dir import destdir_state, job_fingerprint, move_into_place, new_temp_dir
+    from nmt.data.metadata import read_metadata
     from nmt.data.preprocess import data_bin_metadata
 
     folder, dest = Path(fairseq_dir), Path(output)
@@ -203,7 +204,7 @@ def convert_data_bin(fairseq_dir: str | Path, output: str | Path, *, source_lang
                                   [p for p in inputs if p.exists()], None)
     state = destdir_state(dest, fingerprint, overwrite)
     if state == "same":
-        return json.loads((dest / "metadata.json").read_text(encoding="utf-8"))
+        return read_metadata(dest)
     dicts = {lang: read_fairseq_dictionary(folder / f"dict.{lang}.txt") for lang in (src, tgt)}
     tmp = new_temp_dir(dest)
     try:

@@ -3,7 +3,28 @@ trained on, how well it scored, and how to use it."""
 
 from __future__ import annotations
 
+import codecs
+from pathlib import Path
 from typing import Any
+
+from nmt.bounded_read import read_head
+from nmt.errors import DataError
+from nmt.model_folder.layout import CARD
+
+MAX_CARD_BYTES = 256 << 10  # nmt-export writes about 1 KB; a card edited by hand stays far below this
+CUT_NOTE = "\n\n(model card cut at {:,} bytes: the rest of README.md is not shown)\n"
+
+
+def read_card(folder: str | Path) -> str | None:
+    """The model card (README.md) of a model folder, at most its first MAX_CARD_BYTES (a longer one is cut,
+    with a line saying so); None when it is missing or not a regular file."""
+    try:
+        raw, cut = read_head(Path(folder) / CARD, MAX_CARD_BYTES, DataError, "")
+    except DataError:
+        return None
+    # a character the cut splits in two is left out (final=False keeps an incomplete sequence back)
+    text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(raw, final=not cut)
+    return text + CUT_NOTE.format(MAX_CARD_BYTES) if cut else text
 
 
 def _parameters(count: int) -> str:

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 
+from nmt.data.metadata import METADATA_FILE
 from nmt.errors import UsageError
-from nmt.model_folder.layout import CARD, FOLDER_FORMAT, FOLDER_VERSION, MANIFEST, WEIGHTS, is_model_folder, sha256_of
+from nmt.model_folder.layout import CARD, FOLDER_FORMAT, FOLDER_VERSION, MANIFEST, WEIGHTS, sha256_of
+from nmt.model_folder.output import check_output, folder_in_place
 
 MODEL_PLUGIN_KINDS = ("arch", "attention", "positional", "criterion")  # what loading and scoring the model need
 _BLEU_LINE = re.compile(r"^Generate (\S+) with beam=(\d+): (BLEU = .*)$")
@@ -104,52 +103,6 @@ def training_data(data: str | Path, src: str) -> tuple[str, int | None]:
     return name, total
 
 
-def check_output(output: Path, force: bool) -> None:
-    """Refuse an ``--output`` nmt-export must not write: a file, a non-empty folder without ``--force``, and,
-    even with ``--force``, a non-empty folder that is not a model folder (replacing it would delete the
-    user's files, e.g. ``--output checkpoints``)."""
-    if output.exists() and not output.is_dir():
-        raise UsageError(f"--output {output} is a file; give a new folder name")
-    if not output.is_dir() or not any(output.iterdir()):
-        return
-    if not force:
-        raise UsageError(f"--output {output} exists and is not empty; give a new folder, or pass --force to "
-                         "replace it")
-    if not is_model_folder(output):
-        raise UsageError(f"--output {output} is not a model folder (no {MANIFEST}); --force only replaces a "
-                         "folder nmt-export wrote: give a new folder name")
-
-
-@contextlib.contextmanager
-def _folder_in_place(output: Path, force: bool) -> Iterator[Path]:
-    """A temporary sibling of ``output`` to fill; renamed to ``output`` only when the block succeeds (an
-    existing ``output`` is replaced only with ``force``). Nothing is left behind on failure, not even the
-    parent folders it had to create."""
-    check_output(output, force)
-    created = [p for p in (output.parent, *output.parent.parents) if not p.exists()]  # deepest first
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        yield tmp
-        for item in [tmp, *tmp.rglob("*")]:  # mkdtemp and safetensors make owner-only modes: give the usual ones
-            item.chmod((0o777 if item.is_dir() else 0o666) & ~umask)
-        if output.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".old", dir=output.parent))
-            output.rename(old)  # onto the empty folder mkdtemp made
-            tmp.rename(output)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        for folder in created:
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-        raise
-
-
 def export_model_folder(paths: Sequence[str], data_dir: str | Path, output: str | Path, *, bf16: bool = False,
                         scores: str | None = None, force: bool = False, source_lang: str | None = None,
                         target_lang: str | None = None) -> Path:
@@ -161,11 +114,13 @@ def export_model_folder(paths: Sequence[str], data_dir: str | Path, output: str 
     from nmt.model_folder.card import model_card
 
     output, data_dir = Path(output), Path(data_dir)
-    check_output(output, force)  # before the slow part; checked again just before the folder is written
     found = read_scores(scores) if scores else None
     data = open_data_dir(str(data_dir), source_lang, target_lang)
     trained_on, sentences = training_data(data_dir, data.src)
     data_dir = data.path  # the first shard of a sharded DATA
+    metadata, files = _data_bin_files(data_dir, data.src, data.tgt)
+    writes = {WEIGHTS, MANIFEST, CARD, METADATA_FILE, *files}
+    check_output(output, force, writes)  # before the slow part; checked again just before the files are put in place
     state = _checkpoint_state(paths)
     check_dictionaries(state, paths[0], {"source": data.src_dict, "target": data.tgt_dict})
     model_cfg = stored_model_config(state)
@@ -173,7 +128,6 @@ def export_model_folder(paths: Sequence[str], data_dir: str | Path, output: str 
                                      source=f"checkpoint {paths[0]}", what="model config",
                                      fix="use the checkpoint as nmt-train wrote it")
     stored, tied = _stored_tensors(model.state_dict(), bf16)
-    metadata, files = _data_bin_files(data_dir, data.src, data.tgt)
     metadata["trained_on"] = trained_on
     config = state.get("config") or {}
     training = state.get("training") or {}
@@ -198,13 +152,13 @@ def export_model_folder(paths: Sequence[str], data_dir: str | Path, output: str 
     }
     from safetensors.torch import save_file
 
-    with _folder_in_place(output, force) as tmp:
+    with folder_in_place(output, force, writes) as tmp:
         save_file(stored, str(tmp / WEIGHTS), metadata={"format": FOLDER_FORMAT})
         manifest["weights"].update(bytes=(tmp / WEIGHTS).stat().st_size, sha256=sha256_of(tmp / WEIGHTS))
         for name in files:
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(data_dir / name, tmp / name)
-        (tmp / "metadata.json").write_text(json.dumps(metadata, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (tmp / METADATA_FILE).write_text(json.dumps(metadata, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         (tmp / CARD).write_text(model_card(manifest, metadata), encoding="utf-8")
     return output

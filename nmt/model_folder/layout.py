@@ -14,12 +14,12 @@ The weights are hashed before they are parsed, so a tampered or truncated file i
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from nmt.bounded_read import read_bounded, read_json, regular_file
 from nmt.checkpoint.errors import CheckpointError
 
 MANIFEST = "model.json"
@@ -32,8 +32,9 @@ _FIX = "export the model again with nmt-export"
 
 
 def is_model_folder(path: str | Path | None) -> bool:
-    """Whether ``path`` is a folder nmt-export wrote (it holds model.json)."""
-    return bool(path) and Path(str(path)).is_dir() and (Path(str(path)) / MANIFEST).is_file()
+    """Whether ``path`` is a folder nmt-export wrote (it holds model.json). A model.json that is not a regular
+    file still counts: reading it then says what it is, rather than that the folder is not a model folder."""
+    return bool(path) and Path(str(path)).is_dir() and (Path(str(path)) / MANIFEST).exists()
 
 
 def sha256_of(path: Path) -> str:
@@ -47,14 +48,8 @@ def sha256_of(path: Path) -> str:
 def read_manifest(folder: str | Path) -> dict[str, Any]:
     """The checked model.json of ``folder``; a damaged, foreign or newer one is one line naming it."""
     path = Path(folder) / MANIFEST
-    if not path.is_file():
-        raise CheckpointError(f"{folder}: no {MANIFEST}; it is not a model folder written by nmt-export")
-    if path.stat().st_size > MAX_MANIFEST_BYTES:
-        raise CheckpointError(f"{path}: {path.stat().st_size} bytes, far more than a manifest holds; {_FIX}")
-    try:
-        manifest = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise CheckpointError(f"{path}: not valid UTF-8 JSON; the file is damaged; {_FIX}") from None
+    manifest = read_json(path, MAX_MANIFEST_BYTES, "model manifest", CheckpointError, f"the file is damaged; {_FIX}",
+                         missing=f"{folder}: no {MANIFEST}; it is not a model folder written by nmt-export")
     if not isinstance(manifest, dict) or manifest.get("format") != FOLDER_FORMAT:
         raise CheckpointError(f"{path}: not an nmt model manifest (no \"format\": \"{FOLDER_FORMAT}\"); {_FIX}")
     version = manifest.get("format_version")
@@ -89,13 +84,12 @@ def read_weights(folder: str | Path, manifest: dict[str, Any]) -> dict[str, torc
 
     path = Path(folder) / WEIGHTS
     expected = manifest["weights"]
-    if not path.is_file():
-        raise CheckpointError(f"{path}: missing; the model folder is incomplete; {_FIX}")
-    size = path.stat().st_size
+    size = regular_file(path, CheckpointError, _FIX, missing=f"{path}: missing; the model folder is incomplete; {_FIX}"
+                        ).st_size
     if size != expected["bytes"]:
         raise CheckpointError(f"{path}: {size} bytes where {MANIFEST} records {expected['bytes']} (truncated or "
                               f"replaced); {_FIX}")
-    raw = path.read_bytes()
+    raw = read_bounded(path, size, "model.safetensors", CheckpointError, _FIX)
     if hashlib.sha256(raw).hexdigest() != expected["sha256"]:
         raise CheckpointError(f"{path}: its content does not match the sha256 in {MANIFEST} (the file was changed "
                               f"or damaged); {_FIX}")

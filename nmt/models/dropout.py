@@ -1,7 +1,7 @@
 """Dropout with a cheaper random mask on the CPU.
 
-torch's CPU dropout draws one Bernoulli sample per element (``bernoulli_``): on the 2-core EPYC that
-was 7% of a training update of the fairseq reference model (3+3, d 256, dropout 0.1). Here one 64-bit
+torch's CPU dropout draws one Bernoulli sample per element (``bernoulli_``), the largest cost of a small
+model's training update after the matrix products. Here one 64-bit
 draw of the default generator decides four elements (16 bits each), a quarter of the draws, and the
 mask costs a third of the time (docs/training.md). The keep probability is rounded to a multiple of
 1/65,536 and the kept values are scaled by its exact inverse, so the expected output is still the input.

@@ -30,8 +30,8 @@ from nmt.models.attention import IncrementalState, KeyWindow
 LEFT_PADS = "left_pads"  # entry {"pads": (B,) long}: leading cache positions each row does not own
 # A step's self-attention is split in two (KeyWindow) only when that leaves out at least this many cached
 # positions of all rows together and this share of them: the second call costs about ten more operators per
-# layer (some 60 us on a 2-core CPU), and a position left out saves reading its keys and values (~0.1 us
-# for 4 heads of 64 in fp32).
+# layer (tens of microseconds), and a position left out saves reading its keys and values (a tenth of a
+# microsecond for 4 heads of 64 in fp32).
 WINDOW_MIN_SKIPPED = 1024
 WINDOW_MIN_SHARE = 0.25
 

@@ -1,27 +1,25 @@
 """Linear layers whose bf16/fp16 products on the CPU run on a few row counts.
 
 On the CPU, torch runs bf16 (and fp16) matrix products through oneDNN, which builds a kernel for each
-shape: about 1-5 ms per product on first sight (the vocabulary projection's three take 23 ms) and
-1-2 MB kept per shape in its primitive cache, plus memory that the cache's capacity does not bound.
-Token-based batching gives nearly every update new row counts (batch x length), so a bf16 run built
-kernels all the time and its memory kept growing: 4.1 GB after 240 updates of the fairseq reference
-shape on Multi30k against fp32's flat 1.6 GB (docs/training.md).
+shape: milliseconds per product on first sight and a megabyte or two kept per shape in its primitive
+cache, plus memory that the cache's capacity does not bound. Token-based batching gives nearly every
+update new row counts (batch x length), so a bf16 run built kernels all the time and its memory kept
+growing with every update, where fp32's stays flat (docs/training.md).
 
 Here the rows of a bf16/fp16 product on the CPU (under autocast, as in training and nmt-validate, or
 with bf16 weights, as in nmt-generate --bf16) are padded with zeros up to the next of 16 sizes per
-octave (at most 1/16 more rows, 2% on average at the sizes measured), so a few shapes serve every batch:
-the same run then stays near 2.5 GB at the same speed, and greedy search, whose row count changes at
-almost every step as sentences finish, runs 6-7% faster with the same hypotheses. Padded rows are
+octave (at most 1/16 more rows, a few percent on average), so a few shapes serve every batch: a run's
+memory then stops growing at the same speed, and greedy search, whose row count changes at almost every
+step as sentences finish, runs faster with the same hypotheses. Padded rows are
 zero, so they change no real row's output and add nothing to the weight's gradient. fp32 (MKL builds
 nothing per shape) and CUDA (nor does cuBLAS) go through ``F.linear`` unchanged.
 
 For bf16 inference the weights can also be held in oneDNN's own layout (:func:`pack_weight`, which
 ``nmt-generate --bf16`` does once at load): a product of a few rows then reads them as a stream instead of
-reordering the plain matrix on every call. On the 2-core EPYC with avx512_bf16, 5 rows against weights
-that are not in the cache took 329 us instead of 839 (the 9,808 x 256 output projection), 25 instead of 42
-(256 x 256) and 53 instead of 109 (1024 x 256), with the same results bit for bit (docs/generation.md).
-fp32 inference (nmt-generate without --bf16) packs its weights too: oneDNN's fp32 kernels on its own layout ran
-the 640-row output projection of a beam-5 step in 16.1 ms against MKL's 30.8 on that EPYC. Those results differ
+reordering the plain matrix on every call: for weights that are not in the cache, about half the time or
+less, with the same results bit for bit (docs/generation.md). fp32 inference (nmt-generate without --bf16)
+packs its weights too: oneDNN's fp32 kernels on its own layout beat MKL's on the plain matrix for every shape
+a decoding step has (benchmarks/RESULTS.md, decoding_levers). Those results differ
 from MKL's in the last bits (about 3e-6), and fp32 packed products also take the bucketed row counts, since
 oneDNN builds a kernel per shape in fp32 as in bf16.
 """

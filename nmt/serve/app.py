@@ -8,78 +8,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import os
 from importlib import resources
-from pathlib import Path
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Callable, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from nmt.api import TranslationModel
+from nmt.api import TranslationModel, blank_translation, searched_rows, text_problem
 from nmt.config.generate import GenerationConfig
 from nmt.config.serve import ServeJob
 from nmt.errors import NmtError
 from nmt.serve.answers import native_answer, onmt_answer
 from nmt.serve.batcher import DynamicBatcher, Job, QueueFull
+from nmt.serve.connections import RequestWatch
+from nmt.serve.request_body import ApiError, error_response, read_request
 from nmt.serve.schemas import ErrorResponse, NativeRequest, NativeResponse, OnmtHypothesis, OnmtSentence
 
 RETRY_AFTER_SECONDS = 1
 _ONMT_REQUEST = TypeAdapter(list[OnmtSentence])
 _NATIVE_REQUEST = TypeAdapter(NativeRequest)
+_ONMT_FIELDS = list(OnmtSentence.model_fields)
+_NATIVE_FIELDS = list(NativeRequest.model_fields)
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse} for code in (400, 404, 413, 422, 503)}
-
-
-class ApiError(Exception):
-    """A request the server refuses: its HTTP status and a one-line reason."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.headers = headers
-
-
-def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message, "status": "error"}, status_code=status, headers=headers)
-
-
-async def read_json(request: Request, limit: int) -> Any:
-    """The request body as JSON: at most ``limit`` bytes, UTF-8, valid JSON; else an ApiError saying which."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, f"request body of {declared} bytes; at most {limit} are accepted (--max-body-bytes)")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise ApiError(413, f"request body over {limit} bytes (--max-body-bytes); send fewer sentences")
-    if not body.strip():
-        raise ApiError(400, "empty request body; send JSON, e.g. [{\"src\": \"A sentence.\", \"id\": 100}]")
-    try:
-        text = bytes(body).decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ApiError(400, f"request body is not UTF-8 (byte {e.start}); encode the JSON as UTF-8") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ApiError(400, f"request body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
-
-
-async def read_request(request: Request, shape: TypeAdapter, limit: int) -> Any:
-    """The body read as JSON (``read_json``) and validated against ``shape``; the first problem, with where it
-    is (``[0].src``), is a 400."""
-    try:
-        return shape.validate_python(await read_json(request, limit))
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"]).lstrip(".") or "body"
-        raise ApiError(400, f"{where}: {first['msg']}") from None
 
 
 class TranslationService:
@@ -105,7 +61,9 @@ class TranslationService:
             raise ApiError(400, str(e)) from None
         return gen
 
-    def check_sentences(self, sentences: Sequence[str], name: str) -> None:
+    def check_sentences(self, sentences: Sequence[str], name: str, item: Callable[[int], str]) -> None:
+        """Refuse a request's sentences (the field ``name``; ``item(k)`` names the k-th) when there are none or too
+        many, or one is too long or not text (a lone surrogate)."""
         limit = self.cfg.max_request_sentences
         if not sentences:
             raise ApiError(400, f"{name}: no sentences; send at least one")
@@ -114,40 +72,56 @@ class TranslationService:
                                 "(--max-request-sentences): split the request")
         for k, s in enumerate(sentences):
             if len(s) > self.cfg.max_sentence_chars:
-                raise ApiError(413, f"{name}[{k}]: {len(s)} characters; at most {self.cfg.max_sentence_chars} "
+                raise ApiError(413, f"{item(k)}: {len(s)} characters; at most {self.cfg.max_sentence_chars} "
                                     "per sentence (--max-sentence-chars): split it")
+            problem = text_problem(s)
+            if problem:
+                raise ApiError(400, f"{item(k)}: {problem}")
 
-    async def translate(self, sentences: list[str], gen: GenerationConfig, name: str, *, alignment: bool = False,
-                        attention: bool = False) -> list[Any]:
+    async def translate(self, sentences: list[str], gen: GenerationConfig, item: Callable[[int], str], *,
+                        alignment: bool = False, attention: bool = False) -> list[Any]:
+        """The Translations of ``sentences`` (``item(k)`` names the k-th in errors), searched by the batcher with
+        other requests' sentences; an empty or whitespace-only sentence is "" without a search (nmt.api)."""
         ids = [self.model.encode(s) for s in sentences]
         limit = self.model.max_source_positions
         for k, row in enumerate(ids):
             if len(row) > limit:
-                raise ApiError(422, f"{name}[{k}]: {len(row)} tokens after tokenization and BPE (</s> included), "
+                raise ApiError(422, f"{item(k)}: {len(row)} tokens after tokenization and BPE (</s> included), "
                                     f"more than the model's {limit} source positions: split the sentence")
-        job = Job(sentences, ids, gen, alignment=alignment, attention=attention)
-        try:
-            future = self.batcher.submit(job)
-        except QueueFull as e:
-            raise ApiError(503, f"server busy: {e}; retry after {RETRY_AFTER_SECONDS}s",
-                           {"Retry-After": str(RETRY_AFTER_SECONDS)}) from None
-        return list(await asyncio.wrap_future(future))
+        rows = searched_rows(ids)
+        found: dict[int, Any] = {}
+        if rows:
+            job = Job([sentences[k] for k in rows], [ids[k] for k in rows], gen, alignment=alignment,
+                      attention=attention)
+            try:
+                future = self.batcher.submit(job)
+            except QueueFull as e:
+                raise ApiError(503, f"server busy: {e}; retry after {RETRY_AFTER_SECONDS}s",
+                               {"Retry-After": str(RETRY_AFTER_SECONDS)}) from None
+            found = dict(zip(rows, await asyncio.wrap_future(future)))
+        return [found[k] if k in found else blank_translation(sentences[k], alignment=alignment)
+                for k in range(len(sentences))]
 
     def model_info(self) -> dict[str, Any]:
         """/models: what the model translates, its size, card and scores (from its model folder's manifest)."""
-        from nmt.model_folder.layout import CARD
+        from nmt.model_folder.card import read_card
 
         info = self.model.info
-        card = None
-        if info:  # a model folder
-            with contextlib.suppress(OSError, UnicodeDecodeError):
-                card = (Path(self.model.path) / CARD).read_text(encoding="utf-8")
+        card = read_card(self.model.path) if info else None  # a model folder's card, its size bounded
         return {"model_id": self.cfg.model_id, "loaded": True, "source_lang": self.model.source_lang,
                 "target_lang": self.model.target_lang, "parameters": self.model.parameters,
                 "path": self.model.path, "max_source_positions": self.model.max_source_positions,
                 "scores": info.get("scores"), "training": info.get("training"), "card": card,
                 "default_search": {"beam": self.cfg.generation.beam, "nbest": self.cfg.generation.nbest,
                                    "lenpen": self.cfg.generation.lenpen}}
+
+
+def _onmt_item(k: int) -> str:
+    return f"[{k}].src"
+
+
+def _native_item(k: int) -> str:
+    return f"text[{k}]"
 
 
 def build_app(service: TranslationService, start_batcher: bool = True) -> FastAPI:
@@ -167,6 +141,9 @@ def build_app(service: TranslationService, start_batcher: bool = True) -> FastAP
     app = FastAPI(title="nmt-serve", version="1", lifespan=lifespan, docs_url=f"{root}/docs",
                   openapi_url=f"{root}/openapi.json", redoc_url=None,
                   description=f"{service.model.source_lang} -> {service.model.target_lang} translation")
+    # set when the server begins to stop (nmt.serve.connections.StoppingServer); a client that leaves cancels its job
+    app.state.stopping = asyncio.Event()
+    app.add_middleware(RequestWatch, stopping=app.state.stopping)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, e: ApiError) -> JSONResponse:
@@ -195,28 +172,29 @@ def build_app(service: TranslationService, start_batcher: bool = True) -> FastAP
               openapi_extra=openapi_body(_ONMT_REQUEST.json_schema()))
     async def translate_onmt(request: Request) -> Any:
         """OpenNMT-py's request and answer: ``[{"src": ..., "id": N}]`` -> one list per n-best rank."""
-        items = await read_request(request, _ONMT_REQUEST, cfg.max_body_bytes)
+        items = await read_request(request, _ONMT_REQUEST, cfg.max_body_bytes, _ONMT_FIELDS)
         for k, item in enumerate(items):
             if item.id is not None and item.id != cfg.model_id:
                 raise ApiError(404, f"[{k}].id: no model with id {item.id}; this server serves model "
                                     f"{cfg.model_id}")
         sentences = [item.src for item in items]
-        service.check_sentences(sentences, "request")
+        service.check_sentences(sentences, "request", _onmt_item)
         gen = service.search({})
-        found = await service.translate(sentences, gen, "request", alignment=cfg.generation.print_alignment)
+        found = await service.translate(sentences, gen, _onmt_item, alignment=cfg.generation.print_alignment)
         return JSONResponse(onmt_answer(sentences, found, gen.nbest))
 
     @app.post(f"{root}/v1/translate", response_model=NativeResponse, responses=_ERRORS,
               openapi_extra=openapi_body(_NATIVE_REQUEST.json_schema()))
     async def translate_native(request: Request) -> Any:
         """nmt's request: sentences plus beam, n-best, alignment and attention weights on request."""
-        req = await read_request(request, _NATIVE_REQUEST, cfg.max_body_bytes)
-        service.check_sentences(req.text, "text")
+        req = await read_request(request, _NATIVE_REQUEST, cfg.max_body_bytes, _NATIVE_FIELDS)
+        service.check_sentences(req.text, "text", _native_item)
         gen = service.search(req.search_options())
-        found = await service.translate(req.text, gen, "text", alignment=req.alignment, attention=req.attention)
+        found = await service.translate(req.text, gen, _native_item, alignment=req.alignment,
+                                        attention=req.attention)
         return JSONResponse(native_answer(found, service.model.source_lang, service.model.target_lang))
 
-    @app.get(f"{root}/health")
+    @app.api_route(f"{root}/health", methods=["GET", "HEAD"])  # HEAD: what load balancers' checks send
     async def health() -> dict[str, Any]:
         return {"status": "ok", "process": os.getpid(), **service.batcher.describe()}
 

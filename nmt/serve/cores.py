@@ -2,12 +2,12 @@
 
 Each worker gets its share of the cores (``--threads``, one each with two workers on two cores) so that under
 load the workers' searches run side by side without fighting over them. A lone request would then run on one
-core while the others idle: on the 2-core EPYC its 13-token sentence took 52-54 ms at beam 5 with one thread and
-39-46 ms with two (docs/serving.md). So the workers mark, in memory they share, which of them are searching, and
-a searching worker runs on its share of all the workers' threads: all of them when it searches alone, its own
-when every worker searches. Each worker writes only its own flag, and the parent clears a replaced worker's (one
-killed mid-search cannot). A worker checks between decoding steps (the search asks its live source for sentences
-then, and hands over finished ones), so one that starts searching waits a step or two at most for the lender to
+core while the others idle, markedly slower than on two (benchmarks/RESULTS.md, serve_load). So the workers
+mark, in memory they share, which of them are searching, and a searching worker runs on its share of all the
+workers' threads: all of them when it searches alone, its own when every worker searches. Each worker writes
+only its own flag, and the parent clears a replaced worker's (one killed mid-search cannot). A worker checks
+between decoding steps (the search asks its live source for sentences then, and hands over finished ones), so
+one that starts searching waits a step or two at most for the lender to
 give its threads back. A search never runs more threads than the workers' --threads in all, nor than the cores,
 so lending adds none to what a fully loaded server runs. Not with --compile: inductor writes the thread count
 into the kernels it compiles."""

@@ -1,7 +1,8 @@
 """One server process: the model, its dynamic batcher, and uvicorn answering HTTP on a listening socket.
 
 The searches run in the main thread (see ``DynamicBatcher.run``), uvicorn in a thread beside it. SIGTERM or
-SIGINT lets in-flight requests finish, then ``serve`` returns. nmt-serve runs it once, or in each of its
+SIGINT lets in-flight requests finish (idle connections, and requests whose body has not come, end at once:
+nmt.serve.connections), then ``serve`` returns. nmt-serve runs it once, or in each of its
 ``--workers`` processes (nmt.serve.workers)."""
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def serve(cfg: ServeJob, listen: Callable[[], socket.socket], on_ready: Callable
 
     from nmt.api import load
     from nmt.serve.app import TranslationService, build_app
+    from nmt.serve.connections import StoppingServer
     path, data = model_location(cfg)
     model = load(path, data, bf16=cfg.inference.bf16, quantize=cfg.inference.quantize, compile=cfg.inference.compile,
                  threads=cfg.inference.threads, seed=cfg.common.seed)
@@ -98,9 +100,8 @@ def serve(cfg: ServeJob, listen: Callable[[], socket.socket], on_ready: Callable
         warm_up(model, default, new_batcher)
     app = build_app(service, start_batcher=False)
     sock = listen()
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                                           timeout_graceful_shutdown=int(cfg.drain_seconds)))
-    on_ready(model)
+    server = StoppingServer(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                                           timeout_graceful_shutdown=int(cfg.drain_seconds)), app.state.stopping)
 
     def http() -> None:  # uvicorn in a thread; it drains on should_exit, then its lifespan closes the batcher
         try:
@@ -111,9 +112,11 @@ def serve(cfg: ServeJob, listen: Callable[[], socket.socket], on_ready: Callable
     def stop(signum: int, frame: Any) -> None:
         server.should_exit = True
 
+    # before the server is announced: a SIGTERM sent as soon as it is would otherwise kill it
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     thread = threading.Thread(target=http, name="nmt-http", daemon=True)
     try:
+        on_ready(model)
         thread.start()
         batcher.run()  # the searches, in the main thread (see DynamicBatcher.run), until the server stops
         thread.join()

@@ -1,5 +1,9 @@
 """The shapes of requests and answers: OpenNMT-py's /translate (so its clients work unchanged) and nmt's
-native /v1/translate. The pydantic models validate requests and give the OpenAPI page its schemas."""
+native /v1/translate. The pydantic models validate requests and give the OpenAPI page its schemas.
+
+Requests are read strictly (``STRICT``): JSON types as they are, no conversion, and no field the shape does not
+name. The ranges of the search options are not repeated here: the model checks them, as it checks those of
+``nmt.load(...).translate`` (nmt.generation.search_options)."""
 
 from __future__ import annotations
 
@@ -7,13 +11,16 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+STRICT = ConfigDict(strict=True, extra="forbid")
+
 
 class OnmtSentence(BaseModel):
-    """One item of OpenNMT-py's request list: ``{"src": "...", "id": 100}``."""
+    """One item of OpenNMT-py's request list: ``{"src": "...", "id": 100}``. OpenNMT-py's server reads these two
+    keys (and ``ref``, a target prefix, which nmt does not support); any other key is refused by name."""
 
-    model_config = ConfigDict(extra="ignore")  # OpenNMT-py clients may send keys of their own
+    model_config = STRICT
 
-    src: str = Field(description="The raw sentence to translate.")
+    src: str = Field(description="The raw sentence to translate (empty or only whitespace: translated to \"\").")
     id: Optional[int] = Field(None, description="The model id (nmt-serve --model-id); may be left out.")
 
 
@@ -28,16 +35,19 @@ class OnmtHypothesis(BaseModel):
 class NativeRequest(BaseModel):
     """nmt's own request: the sentences plus the search to run on them."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
-    text: list[str] = Field(description="Raw sentences to translate.")
-    beam: Optional[int] = Field(None, ge=1, description="Beam size [default: the server's --beam].")
-    nbest: Optional[int] = Field(None, ge=1, description="Hypotheses per sentence (at most beam).")
-    lenpen: Optional[float] = Field(None, description="Length penalty [default: the server's --lenpen].")
-    max_len_a: Optional[float] = Field(None, ge=0)
-    max_len_b: Optional[int] = Field(None, ge=0)
-    min_len: Optional[int] = Field(None, ge=0)
-    no_repeat_ngram_size: Optional[int] = Field(None, ge=0)
+    text: list[str] = Field(description="Raw sentences to translate (an empty or whitespace-only one: \"\").")
+    beam: Optional[int] = Field(None, description="Beam size, at least 1 and at most nmt-serve --max-beam "
+                                                  "[default: the server's --beam].")
+    nbest: Optional[int] = Field(None, description="Hypotheses per sentence, at least 1 and at most beam.")
+    lenpen: Optional[float] = Field(None, description="Length penalty, in [-5, 5] [default: the server's --lenpen].")
+    max_len_a: Optional[float] = Field(None, description="Output length limit: max_len_a * source tokens + "
+                                                         "max_len_b (at most the model's positions); >= 0.")
+    max_len_b: Optional[int] = Field(None, description="See max_len_a; >= 0.")
+    min_len: Optional[int] = Field(None, description="Minimum output length, at most the limit of the shortest "
+                                                     "source (max_len_a + max_len_b).")
+    no_repeat_ngram_size: Optional[int] = Field(None, description="Never repeat an n-gram of this size (0: off).")
     alignment: bool = Field(False, description="Return each hypothesis' hard alignment.")
     attention: bool = Field(False, description="Return the best hypothesis' encoder-decoder attention, every "
                                                "layer and head (the page's heatmaps).")

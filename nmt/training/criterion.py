@@ -24,7 +24,7 @@ LN2 = math.log(2.0)
 
 
 # Logits processed at once: a chunk's fp32 copy (4 MB) stays in the CPU's last-level cache
-# (measured on this 2-core EPYC: 2^20 elements beat 2^16..2^22).
+# (2^20 elements measured faster than 2^16..2^22).
 _CHUNK_ELEMENTS = 1 << 20
 
 
@@ -106,8 +106,8 @@ def label_smoothed_nll_loss(logits: torch.Tensor, target: torch.Tensor, epsilon:
 
 
 # Rows of the vocabulary projection that projected_label_smoothed_nll_loss computes at once: about 4M logits
-# (428 rows of a 9,816-word vocabulary, 8 MB in bf16). 256 to 512 rows ran equally fast on the AMX Xeon
-# (2026-11-25), 128 a quarter slower: the products want many rows, the softmax wants them in cache.
+# (428 rows of a 9,816-word vocabulary, 8 MB in bf16). 256 to 512 rows ran equally fast, 128 a quarter
+# slower: the products want many rows, the softmax wants them in cache.
 _PROJECTION_CHUNK_ELEMENTS = 1 << 22
 # The last block is padded to a whole number of quarter blocks: the products then have four shapes in all, and
 # oneDNN builds (and keeps, with ~0.7 MB each) a kernel per shape; bucketed row counts gave ~100.

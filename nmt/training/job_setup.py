@@ -12,8 +12,9 @@ from typing import Any
 from nmt.config.train import TaskConfig, TrainJob
 from nmt.data.batching import batch_by_size
 from nmt.data.data_dir import resolve_langs
-from nmt.data.data_shards import check_same_dictionaries, data_shards
+from nmt.data.data_shards import data_shards
 from nmt.data.epoch_iterator import EpochBatchIterator
+from nmt.data.shard_checks import check_training_shards
 from nmt.data.shard_epochs import ShardEpochIterator
 from nmt.training.distributed import DistributedContext
 
@@ -34,12 +35,13 @@ class TrainData:
 
 def load_data(task: TaskConfig) -> TrainData:
     """Open the dictionaries, the first shard's training split and every validation split (all from
-    the first shard); the other shards must hold the same dictionaries and are opened in their epoch."""
+    the first shard); the other shards are checked now (language pair, split, dictionaries) and opened in
+    their epoch."""
     from nmt.data.language_pair_dataset import load_language_pair
 
     shards = data_shards(task.data)
     src, tgt = resolve_langs(shards[0], task.source_lang, task.target_lang)
-    check_same_dictionaries(shards, src, tgt)
+    check_training_shards(shards, src, tgt, task.train_subset)
     train = load_language_pair(shards[0], task.train_subset, src, tgt)
     valid = {}
     if not task.disable_validation:

@@ -43,7 +43,7 @@ def parse_betas(text: Any, option: str) -> tuple[float, float]:
 
 def init_with_fast_kernel(init: Callable[..., None], params: list[Any], **options: Any) -> None:
     """Call an optimizer's ``__init__`` with torch's fastest update kernel: ``fused`` (one kernel for all
-    parameters; on CPU since torch 2.4, ~4x faster than foreach for Adam in benchmarks/bench_optimizers.py),
+    parameters; on CPU since torch 2.4, ~4x faster than foreach for Adam: benchmarks/RESULTS.md, bench_optimizers),
     else ``foreach`` (multi-tensor) when this torch, device or dtype has no fused kernel."""
     try:
         init(params, fused=True, **options)

@@ -3,8 +3,9 @@
 
 - The signal handler only records the signal; the training loop reads the record once per update, so
   a signal never cuts an update (all its accumulated batches), a validation or a checkpoint write in
-  half. Repeats are ignored (schedulers may signal every process of a job, or signal twice); Ctrl-C
-  (SIGINT) still interrupts at once.
+  half. Repeats are ignored until the process exits (schedulers may signal every process of a job, or
+  signal again and again while the checkpoint is written): after the run they stay ignored, so the process
+  still ends with exit 0. Ctrl-C (SIGINT) still interrupts at once.
 - Every rank must stop after the same update (one that stops alone leaves the others waiting in a
   collective): the record rides in the all-reduce of each update's figures (``Trainer.train_step``),
   so agreeing costs nothing, and a signal to any rank stops them all.
@@ -49,22 +50,26 @@ class StopRequest:
 
 @contextlib.contextmanager
 def stop_requests() -> Iterator[StopRequest]:
-    """Within the block SIGTERM and SIGUSR1 are recorded in the yielded request instead of ending the process."""
+    """Within the block SIGTERM and SIGUSR1 are recorded in the yielded request instead of ending the process;
+    once one was, they are ignored after the block too (the process is ending: it saved and says so)."""
     request = StopRequest()
-    with signals_handled(PREEMPTION_SIGNALS, request):
+    with signals_handled(PREEMPTION_SIGNALS, request, ignore_after=request.requested):
         yield request
 
 
 @contextlib.contextmanager
 def forwarded_to(pids: Callable[[], Iterable[int]]) -> Iterator[None]:
     """In a launcher: pass SIGTERM/SIGUSR1 on to the worker processes ``pids()``, which save and stop;
-    the launcher keeps waiting for them."""
+    the launcher keeps waiting for them. Once one was passed on, the launcher ignores them until it exits."""
+    forwarded: list[int] = []
+
     def forward(signum: int, frame: Any) -> None:
+        forwarded.append(signum)
         for pid in pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
 
-    with signals_handled(PREEMPTION_SIGNALS, forward):
+    with signals_handled(PREEMPTION_SIGNALS, forward, ignore_after=lambda: bool(forwarded)):
         yield
 
 

@@ -18,7 +18,7 @@ from nmt.registry import register_attention
 
 FEW_QUERIES = 16  # up to this many queries per row, the explicit product is faster on the CPU ...
 TINY = 10  # ... unless the batch has at most this many queries in all (one sentence's beams): one fused call is
-# cheaper than the explicit path's six (a lone sentence at beam 5: 50.5 -> 46.2 ms with fp16 weights)
+# cheaper than the explicit path's six (a lone sentence at beam 5 answers about a tenth sooner)
 
 
 @register_attention("scaled_dot_product")

@@ -48,8 +48,8 @@ class BeamSearch(Search):
     # Starting waiting sentences in the rows of finished ones (Search.search_stream) is off for
     # beam search, which defers a batch's last sentences instead: every beam step reorders the whole
     # key/value cache, and rows that joined later make it as wide as the oldest sentence (left pads).
-    # On Multi30k test, beam 5, bf16, 2 CPU threads (benchmarks/generate_scheduling.py), refilling
-    # ran between 14% slower and 13% faster than batch by batch over several runs; deferring, 25% faster.
+    # Measured in turns (benchmarks/RESULTS.md, generate_scheduling), refilling beams ran from somewhat slower
+    # to somewhat faster than batch by batch; deferring was clearly faster.
     refill = False
 
     def __init__(self, cfg: NoOptions, gen: GenerationConfig, specials: Specials, seed: int = 1):

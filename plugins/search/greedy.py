@@ -17,6 +17,6 @@ class GreedySearch(PathSearch):
 
     def choose_scored(self, lprobs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # max gives both, the first of equal maxima as argmax does; on the CPU argmax alone costs 2.7x
-        # max's time (128 rows of 9,808, one thread: 1.72 against 0.63 ms)
+        # max's time over a batch of vocabulary-wide rows
         scores, nxt = lprobs.max(dim=1)  # (N,), (N,)
         return nxt, scores

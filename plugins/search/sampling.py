@@ -20,8 +20,10 @@ class SamplingConfig:
     sampling_topk: int = opt(-1, "Sample only from the k most probable tokens (-1: all).", low=-1)
     sampling_topp: float = opt(-1.0, "Sample only from the smallest set of tokens whose probability reaches p "
                                      "(nucleus sampling; -1: off).", low=-1, high=1)
-    temperature: float = opt(1.0, "Divide the log-probabilities by this before sampling (< 1: sharper).", low=0,
-                             low_open=True)
+    # bounded: below 0.01 sampling is all but greedy and above 100 all but uniform, and beyond both the float32
+    # division leaves no finite probability to draw from
+    temperature: float = opt(1.0, "Divide the log-probabilities by this before sampling (< 1: sharper).", low=0.01,
+                             high=100)
 
 
 @register_search("sampling", config=SamplingConfig)
@@ -47,7 +49,8 @@ class SamplingSearch(PathSearch):
             sorted_lp, order = logits.sort(dim=1, descending=True)  # (N, V)
             probs = sorted_lp.softmax(dim=1)
             before = probs.cumsum(1) - probs  # mass of the better tokens
-            drop_sorted = before >= c.sampling_topp  # keeps at least the best token
+            drop_sorted = before >= c.sampling_topp  # (N, V)
+            drop_sorted[:, 0] = False  # the best token stays, even for a p below float32's smallest number
             drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
             logits = logits.masked_fill(drop, NEG_INF)
         probs = logits.softmax(dim=1)  # (N, V)

@@ -1,0 +1,72 @@
+"""The candidate recipes of the search: the reference recipe (studies/reference.py, 500 warmup updates,
+4,096-token batches) with a few flags changed, and the two-model ensembles."""
+
+from __future__ import annotations
+
+# Wu et al. 2021's Multi30k Transformer-Tiny (4+4 layers, d_model 128, d_ff 256, lr 5e-3, warmup 2,000; their
+# 41.0 tokenized lowercased BLEU came from up to 8,000 updates): a quarter of the FLOPs per token of ours
+TINY_4X128 = ("--encoder-layers", "4", "--decoder-layers", "4", "--encoder-embed-dim", "128", "--decoder-embed-dim",
+              "128", "--encoder-ffn-embed-dim", "256", "--decoder-ffn-embed-dim", "256", "--lr", "5e-3",
+              "--warmup-updates", "2000")
+PRE_NORM_LR_2E3 = ("--encoder-normalize-before", "--decoder-normalize-before", "--lr", "2e-3")
+TOKENS_1024 = ("--max-tokens", "1024")
+# the 15-minute winner before label smoothing 0.2 and relative positions joined it (examples/multi30k_cpu.yaml)
+QUICKSTART_CPU = (*PRE_NORM_LR_2E3, *TOKENS_1024, "--dropout", "0.2")
+
+
+def cosine(period_updates: int) -> tuple[str, ...]:
+    """A half-cosine from the peak to 0 over ``period_updates`` after the warmup: fitted to a budget, the learning rate
+    anneals within it, where inverse_sqrt ends 30 minutes at 0.26x the peak."""
+    return ("--lr-scheduler", "cosine", "--lr-period-updates", str(period_updates))
+
+
+LS_0_2 = ("--label-smoothing", "0.2")
+# the cosine's periods: a 2-core CPU without AMX makes about 7,300 (3,600) updates of QUICKSTART_CPU in 30 (15)
+# minutes, one with AMX about 9,300 in 30, where a cosine ending at 7,300 would leave the last fifth of the budget at
+# a learning rate of 0
+COSINE_30MIN, COSINE_15MIN, COSINE_30MIN_AMX = cosine(6800), cosine(3100), cosine(8800)
+BEST_30MIN = (*QUICKSTART_CPU, *COSINE_30MIN, *LS_0_2)
+BEST_30MIN_AMX = (*QUICKSTART_CPU, *COSINE_30MIN_AMX, *LS_0_2)
+# Shaw et al.'s relative-position self-attention in place of the sinusoids (the ablation study's attention row); with
+# BEST_30MIN_AMX the best found (examples/multi30k_cpu_30min.yaml)
+RELATIVE = ("--attention", "relative", "--max-relative-position", "16", "--positional", "none")
+# name -> the flags that change the reference recipe (the ensembles: two models, see ENSEMBLES)
+CANDIDATES: dict[str, tuple[str, ...]] = {
+    "quickstart": (),
+    "ensemble": (),
+    "ensemble_side_by_side": (),
+    "lr_2e-3": ("--lr", "2e-3"),
+    "warmup_250": ("--warmup-updates", "250"),
+    "pre_norm_lr_2e-3": PRE_NORM_LR_2E3,
+    "pre_norm_lr_2e-3_tokens_1024": (*PRE_NORM_LR_2E3, *TOKENS_1024),
+    "pre_norm_lr_2e-3_tokens_1024_dropout_0.2": QUICKSTART_CPU,
+    "pre_norm_lr_2e-3_tokens_1024_dropout_0.2_cosine_6800": (*QUICKSTART_CPU, *COSINE_30MIN),
+    "pre_norm_lr_2e-3_tokens_1024_dropout_0.2_cosine_3100": (*QUICKSTART_CPU, *COSINE_15MIN),
+    # the ablation study's eps_ls 0.2 was 1.2 BLEU above the base after 3,000 updates (row D), and a 30-minute run
+    # converges: on top of the best 30-minute recipe so far
+    "pre_norm_lr_2e-3_tokens_1024_dropout_0.2_cosine_6800_ls_0.2": BEST_30MIN,
+    # relative-position self-attention had the ablation study's lowest dev perplexity (5.43 against 5.75) and +1.1 BLEU
+    # (p = 0.073) after 3,000 updates (the attention row): on top of the best recipe so far
+    "pre_norm_lr_2e-3_tokens_1024_dropout_0.2_cosine_6800_ls_0.2_relative": (*BEST_30MIN, *RELATIVE),
+    # the two above with the cosine fitted to a CPU with AMX
+    "pre_norm_lr_2e-3_tokens_1024_dropout_0.2_cosine_8800_ls_0.2": BEST_30MIN_AMX,
+    "pre_norm_lr_2e-3_tokens_1024_dropout_0.2_cosine_8800_ls_0.2_relative": (*BEST_30MIN_AMX, *RELATIVE),
+    # the two changes of the best 30-minute recipe that need no fitting to the machine, for the 15-minute quickstart
+    "pre_norm_lr_2e-3_tokens_1024_dropout_0.2_ls_0.2_relative": (*QUICKSTART_CPU, *LS_0_2, *RELATIVE),
+    "pre_norm_lr_2e-3_tokens_1024_dropout_0.1": (*PRE_NORM_LR_2E3, *TOKENS_1024, "--dropout", "0.1"),
+    "learned_positions": ("--positional", "learned"),
+    "dropout_0.2": ("--dropout", "0.2"),
+    "label_smoothing_0.2": LS_0_2,
+    "tokens_512": ("--max-tokens", "512"),
+    "tokens_1024": TOKENS_1024,
+    "tokens_2048": ("--max-tokens", "2048"),
+    "tokens_8192": ("--max-tokens", "8192"),
+    "ensemble_tokens_1024": TOKENS_1024,
+    "tiny_4x128": TINY_4X128,
+    "tiny_4x128_side_by_side": TINY_4X128,
+}
+
+# the ensembles: (the share of the time each of the two models trains, whether they train at the same time)
+ENSEMBLES: dict[str, tuple[float, bool]] = {"ensemble": (0.5, False), "ensemble_tokens_1024": (0.5, False),
+                                            "ensemble_side_by_side": (1.0, True),
+                                            "tiny_4x128_side_by_side": (1.0, True)}
