@@ -210,8 +210,8 @@ def model_inputs(data: str | None, path: str | None, peer: str, work: Path) -> t
 def bpe_source(data: Path, split: str, out: Path) -> Path:
     """The split's source sentences as the data-bin holds them (BPE'd tokens, without </s>), one per line: what a
     CTranslate2 translator of the same model reads."""
+    from nmt.data.data_bin import open_data_dir
     from nmt.data.language_pair_dataset import load_language_pair
-    from nmt.generation.inference import open_data_dir
 
     pair = open_data_dir(str(data), None, None)
     dataset = load_language_pair(str(data), split, pair.src, pair.tgt)

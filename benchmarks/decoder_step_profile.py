@@ -130,8 +130,10 @@ def profile(args: argparse.Namespace, work: Path) -> str:
     from nmt.config.generate import GenerateJob
     from nmt.config.loader import resolve_config
     from nmt.data.batching import batch_by_size
+    from nmt.data.data_bin import open_data_dir
     from nmt.data.language_pair_dataset import load_language_pair
-    from nmt.generation.inference import make_translator, open_data_dir, source_batches
+    from nmt.generation.inference import source_batches
+    from nmt.generation.loading import make_translator
 
     data_dir, model, _ = model_inputs(args.data, args.path, args.peer, work)
     cfg = OmegaConf.to_object(resolve_config(GenerateJob, overrides=[

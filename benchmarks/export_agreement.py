@@ -54,8 +54,9 @@ def ctranslate2_greedy(data: Path, checkpoint: Path, split: str, quantization: s
     import ctranslate2
 
     from nmt.config.generate import GenerationConfig
+    from nmt.data.data_bin import open_data_dir
     from nmt.data.language_pair_dataset import load_language_pair
-    from nmt.generation.inference import load_model, open_data_dir
+    from nmt.generation.loading import load_model
     from nmt.interop.ctranslate2_export import export_ctranslate2, suppressed_symbols
 
     pair = open_data_dir(str(data), None, None)

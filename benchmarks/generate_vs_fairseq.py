@@ -49,7 +49,8 @@ def measured_run(cmd: list[str], env: dict[str, str], out: Path) -> tuple[str, M
 def ctranslate2_export(model: Path, data: Path, work: Path) -> tuple[Path, list[str]]:
     """The checkpoint exported for CTranslate2 (float32 weights), and the symbols nmt's search never produces for
     it (CTranslate2 is told to suppress them)."""
-    from nmt.generation.inference import load_model, open_data_dir
+    from nmt.data.data_bin import open_data_dir
+    from nmt.generation.loading import load_model
     from nmt.interop.ctranslate2_export import export_ctranslate2, suppressed_symbols
 
     pair = open_data_dir(str(data), None, None)

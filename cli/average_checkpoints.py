@@ -13,7 +13,7 @@ from nmt.errors import UsageError
 
 
 def run(cfg: AverageJob) -> None:
-    from nmt.generation.averaging import last_checkpoints, write_average
+    from nmt.checkpoint.averaging import last_checkpoints, write_average
 
     if not cfg.output:
         raise UsageError("--output FILE is required: where to write the averaged checkpoint")

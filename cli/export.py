@@ -13,7 +13,7 @@ from nmt.errors import UsageError
 
 def run(cfg: ExportJob) -> None:
     from nmt.data.data_dir import resolve_destdir
-    from nmt.generation.inference import checkpoint_paths
+    from nmt.generation.loading import checkpoint_paths
 
     if not cfg.output:
         raise UsageError("--output DIR is required: the model folder to write")
@@ -43,7 +43,8 @@ def run(cfg: ExportJob) -> None:
 
 
 def _export_ctranslate2(cfg: ExportJob, paths: list[str], output: str) -> None:
-    from nmt.generation.inference import load_model, model_and_data, open_data_dir
+    from nmt.data.data_bin import open_data_dir
+    from nmt.generation.loading import load_model, model_and_data
     from nmt.interop.ctranslate2_export import export_ctranslate2
 
     if len(paths) > 1:

@@ -87,7 +87,7 @@ def _start_workers(cfg: GenerateJob) -> ContextManager[Any]:
 
 
 def run(cfg: GenerateJob) -> None:
-    from nmt.generation.inference import refuse_model_folder_as_data
+    from nmt.generation.loading import refuse_model_folder_as_data
 
     wall = time.perf_counter()
     if not cfg.data:
@@ -100,19 +100,13 @@ def run(cfg: GenerateJob) -> None:
 def _generate(cfg: GenerateJob, workers: Any, wall: float) -> None:
     """Translate and score the split (``workers``: the --workers processes, or None)."""
     from nmt.data.batching import batch_by_size
+    from nmt.data.data_bin import open_data_dir
     from nmt.data.language_pair_dataset import load_language_pair
     from nmt.data.text_pipeline import load_text_pipeline
     from nmt.generation.attention_plot import plot_cross_attention
     from nmt.generation.guards import check_lengths
-    from nmt.generation.inference import (
-        batch_sentences,
-        load_inference_models,
-        make_translator,
-        open_data_dir,
-        source_batches,
-        speed_line,
-        split_location,
-    )
+    from nmt.generation.inference import batch_sentences, source_batches, speed_line, split_location
+    from nmt.generation.loading import load_inference_models, make_translator
     from nmt.generation.output import corpus_scores, hypothesis_lines
 
     torch.manual_seed(cfg.common.seed)

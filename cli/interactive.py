@@ -36,8 +36,10 @@ def _of_rows(where: Callable[[int], str], rows: list[int]) -> Callable[[int], st
 
 def run(cfg: InteractiveJob) -> None:
     from nmt.api import searched_rows
+    from nmt.data.data_bin import open_data_dir
     from nmt.data.text_pipeline import load_text_pipeline
-    from nmt.generation.inference import make_translator, model_and_data, open_data_dir, pad_batch
+    from nmt.generation.inference import pad_batch
+    from nmt.generation.loading import make_translator, model_and_data
     from nmt.generation.output import hypothesis_lines
 
     torch.manual_seed(cfg.common.seed)

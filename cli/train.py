@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 import click
+from omegaconf import DictConfig
 
 from nmt.cli.common import config_command
 from nmt.config.model import arch_preset
@@ -37,7 +38,7 @@ def _list_and_exit(ctx: click.Context, _param: click.Parameter, value: bool) -> 
         ctx.exit(0)
 
 
-def preset(cfg: Any) -> dict[str, Any] | None:
+def preset(cfg: DictConfig) -> dict[str, Any] | None:
     """The --arch preset; `--arch help` lists the plugins instead of training."""
     if cfg.model.arch.name in ("help", "list"):
         click.echo(plugin_listing())

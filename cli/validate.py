@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Optional, cast
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 import click
 import torch
@@ -22,8 +22,12 @@ from nmt.cli.generate import SKIP_INVALID, skipped_line
 from nmt.config.model import ModelConfig
 from nmt.config.validate import ValidateJob
 
+if TYPE_CHECKING:
+    from nmt.data.language_pair_dataset import LanguagePairDataset
+    from nmt.training.criterion import Criterion
 
-def checkpoint_criterion(path: str, state: Optional[dict[str, Any]], padding_idx: int) -> Any:
+
+def checkpoint_criterion(path: str, state: Optional[dict[str, Any]], padding_idx: int) -> Criterion:
     """The criterion the checkpoint was trained with: from its stored config (``state``, the checkpoint
     read once for the model too), or from the manifest of a model folder (``state`` None)."""
     from nmt.model_folder.layout import read_manifest
@@ -37,7 +41,8 @@ def checkpoint_criterion(path: str, state: Optional[dict[str, Any]], padding_idx
     return build_criterion(dict(group), padding_idx)
 
 
-def batches_that_fit(model: torch.nn.Module, dataset: Any, cfg: ValidateJob, subset: str, skip: bool) -> Any:
+def batches_that_fit(model: torch.nn.Module, dataset: LanguagePairDataset, cfg: ValidateJob, subset: str,
+                     skip: bool) -> Any:
     """The batch plan of ``dataset``: a sentence longer than the model's positions or bigger than
     --max-tokens is refused naming --skip-invalid-size-inputs-valid-test, or with it skipped and counted."""
     from nmt.data.batching import batch_by_size
@@ -46,6 +51,7 @@ def batches_that_fit(model: torch.nn.Module, dataset: Any, cfg: ValidateJob, sub
 
     model_cfg = cast(ModelConfig, model.cfg)  # every model keeps its config; nn.Module's typing can't say so
     limits = {"source": int(model_cfg.max_source_positions), "target": int(model_cfg.max_target_positions)}
+    assert dataset.tgt_sizes is not None  # load_language_pair opens both sides
     if not skip:
         fix = f"pass {SKIP_INVALID} to skip such sentences"
         check_lengths(dataset.src_sizes, limits["source"], lambda k: f"{subset}: sentence {k}", "source", fix)
@@ -62,8 +68,8 @@ def batches_that_fit(model: torch.nn.Module, dataset: Any, cfg: ValidateJob, sub
 
 
 @torch.no_grad()
-def split_figures(model: torch.nn.Module, criterion: Any, dataset: Any, cfg: ValidateJob, subset: str
-                  ) -> dict[str, Any]:
+def split_figures(model: torch.nn.Module, criterion: Criterion, dataset: LanguagePairDataset, cfg: ValidateJob,
+                  subset: str) -> dict[str, Any]:
     """loss, nll_loss (bits per token), ppl and speed of ``model`` over ``dataset``."""
     from nmt.generation.inference import autocast
     from nmt.training.metrics import ValidMeter
@@ -91,9 +97,10 @@ def figures_line(subset: str, stats: dict[str, Any], path: str) -> str:
 
 def run(cfg: ValidateJob) -> None:
     from nmt.checkpoint.format import load_checkpoint
+    from nmt.data.data_bin import open_data_dir
     from nmt.data.language_pair_dataset import load_language_pair
     from nmt.errors import UsageError
-    from nmt.generation.inference import checkpoint_paths, load_model, open_data_dir, refuse_model_folder_as_data
+    from nmt.generation.loading import checkpoint_paths, load_model, refuse_model_folder_as_data
     from nmt.model_folder.layout import is_model_folder
 
     if not cfg.data:

@@ -26,8 +26,10 @@ import numpy as np
 import torch
 
 from nmt.config.generate import GenerationConfig, InferenceConfig
+from nmt.data.data_bin import DataDir
 from nmt.errors import ConfigError, UsageError
-from nmt.generation.inference import DataDir, EnsembleModel, Translator
+from nmt.generation.ensemble import EnsembleModel
+from nmt.generation.inference import Translator
 from nmt.generation.search_options import generation_config, type_problem
 from nmt.lru import LruCache
 
@@ -198,7 +200,8 @@ class TranslationModel:
 
     def _attention(self, src: torch.Tensor, hyp: Any) -> torch.Tensor:
         """(layers, heads, T, S) encoder-decoder attention of ``hyp`` in the first model."""
-        from nmt.generation.inference import decoder_start, teacher_forced_attention
+        from nmt.generation.alignment import teacher_forced_attention
+        from nmt.generation.inference import decoder_start
 
         start = decoder_start(self.ens, self.data.tgt_dict)
         first = self.data.tgt_dict.bos() if start is None else start
@@ -208,7 +211,7 @@ class TranslationModel:
                     attention: bool = False) -> Translation:
         """The Translation of ``sentence`` (source ids ``src``) from the search's hypotheses; ``attention``
         recomputes the best one's encoder-decoder attention (call it holding ``lock``)."""
-        from nmt.generation.inference import hard_alignment
+        from nmt.generation.alignment import hard_alignment
 
         weights = self._attention(src, hyps[0]) if attention and hyps else None
         src_dict, tgt_dict = self.data.src_dict, self.data.tgt_dict
@@ -274,8 +277,9 @@ def load(path: str | Path, data: str | Path | None = None, *, bf16: bool = False
     ``quantize="int8"`` (or ``"fp16"``) the linear layers with int8 (fp16) weights on the CPU; ``compile``
     compiles the decoder step (nmt-generate's --compile: the first translations of each kind of search
     compile it, later ones run faster); ``user_dir`` imports a folder of plugins the model needs."""
-    from nmt.config.fields import to_dataclass
-    from nmt.generation.inference import load_inference_models, model_and_data, open_data_dir
+    from nmt.data.data_bin import open_data_dir
+    from nmt.fields import to_dataclass
+    from nmt.generation.loading import load_inference_models, model_and_data
     from nmt.model_folder.layout import is_model_folder, read_manifest
     from nmt.plugin_loader import load_plugins
 

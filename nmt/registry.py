@@ -22,8 +22,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, TypeVar
 
-from nmt.config.fields import to_dataclass
 from nmt.errors import ConfigError
+from nmt.fields import to_dataclass
 
 T = TypeVar("T")
 

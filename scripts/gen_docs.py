@@ -18,7 +18,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from nmt.config.fields import allowed_text
+from nmt.fields import allowed_text
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

@@ -24,19 +24,14 @@ from nmt.checkpoint.manager import CheckpointManager, TrainingParts
 from nmt.checkpoint.rng_state import get_rng_state, set_rng_state
 from nmt.checkpoint.safe_read import previous_good_checkpoint
 from nmt.checkpoint.versions import FORMAT_VERSION
+from nmt.config.train import CheckpointConfig
 from nmt.errors import ConfigError, NmtError, UsageError
 
 torch.set_num_threads(1)
 
 
-def manager_cfg(save_dir: Path, **kw) -> SimpleNamespace:
-    base = dict(save_dir=str(save_dir), restore_file="checkpoint_last.pt", save_interval=1, save_interval_updates=0,
-                keep_interval_updates=-1, keep_last_epochs=-1, keep_best_checkpoints=-1, no_save=False,
-                no_epoch_checkpoints=False, no_last_checkpoints=False, best_checkpoint_metric="loss",
-                maximize_best_checkpoint_metric=False, reset_optimizer=False, reset_lr_scheduler=False,
-                reset_dataloader=False, reset_meters=False)
-    base.update(kw)
-    return SimpleNamespace(**base)
+def manager_cfg(save_dir: Path, **kw) -> CheckpointConfig:
+    return CheckpointConfig(save_dir=str(save_dir), **kw)
 
 
 @dataclass
@@ -57,7 +52,7 @@ def tiny_state(epoch: int = 1, num_updates: int = 1, end_of_epoch: bool = False,
                        iterator_state={"epoch": epoch, "offset": num_updates}, **kw)
 
 
-def manager(cfg: SimpleNamespace, **kw) -> CheckpointManager:
+def manager(cfg: CheckpointConfig, **kw) -> CheckpointManager:
     return CheckpointManager(cfg, config=_Job(), **kw)
 
 

@@ -7,9 +7,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from nmt.cli.common import config_command
-from nmt.config.fields import opt
 from nmt.config.loader import resolve_config
 from nmt.errors import ConfigError, UsageError
+from nmt.fields import opt
 
 
 @dataclass

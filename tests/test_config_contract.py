@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from nmt.cli.import_fairseq import SUBCOMMANDS
-from nmt.config.fields import allowed_text, flag_of
 from nmt.config.loader import leaf_paths
+from nmt.fields import allowed_text, flag_of
 from nmt.plugin_loader import load_plugins
 from nmt.registry import REGISTRIES
 from test_generate_setup import call_cli

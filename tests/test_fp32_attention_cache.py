@@ -12,7 +12,8 @@ import nmt.generation.search as search_module
 from fake_dictionary import FakeDict
 from nmt.config.generate import GenerationConfig
 from nmt.generation.ensemble import EnsembleModel
-from nmt.generation.inference import fp32_attention_caches, load_ensemble
+from nmt.generation.inference import fp32_attention_caches
+from nmt.generation.loading import load_ensemble
 from nmt.generation.search import build_search
 from nmt.models import build_model
 from nmt.models.attention import AttentionBase

@@ -135,8 +135,9 @@ def test_skipping_the_encoder_side_cache_reorder_changes_nothing(setup):
     it alone while no sentence leaves the batch; the result must equal giving every beam its own
     copy and reordering every cache entry at every step."""
     from nmt.config.generate import GenerationConfig
+    from nmt.data.data_bin import open_data_dir
     from nmt.data.language_pair_dataset import load_language_pair
-    from nmt.generation.inference import load_ensemble, open_data_dir
+    from nmt.generation.loading import load_ensemble
     from nmt.generation.search import build_search
 
     folder, data_bin, a, _ = setup
@@ -167,8 +168,9 @@ def test_scores_equal_the_models_teacher_forced_log_probs(setup):
     """Each hypothesis' positional scores are the log-probs a full (uncached) forward pass gives
     its tokens, and its score is their sum / length (lenpen 1)."""
     from nmt.config.generate import GenerationConfig
+    from nmt.data.data_bin import open_data_dir
     from nmt.data.language_pair_dataset import load_language_pair
-    from nmt.generation.inference import load_ensemble, open_data_dir
+    from nmt.generation.loading import load_ensemble
     from nmt.generation.search import build_search
 
     folder, data_bin, a, _ = setup

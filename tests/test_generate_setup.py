@@ -47,8 +47,8 @@ def make_data_bin(folder: Path, n_train: int = 60, n_test: int = 9, seed: int = 
 def split_batches(data_bin: Path, size: int) -> tuple[object, list]:
     """The data-bin's DataDir and its test split as a search takes it: (ids, src_tokens, src_lengths) per
     ``size`` sentences, in order."""
+    from nmt.data.data_bin import open_data_dir
     from nmt.data.language_pair_dataset import load_language_pair
-    from nmt.generation.inference import open_data_dir
 
     data = open_data_dir(str(data_bin), None, None)
     ds = load_language_pair(str(data_bin), "test", data.src, data.tgt)

@@ -72,6 +72,7 @@ def test_a_failing_worker_ends_the_command_in_one_line(setup, capsys, tmp_path):
     assert not multiprocessing.active_children()
 
 
+@pytest.mark.slow  # a worker process and a plot: several seconds
 def test_attention_plot_with_workers_loads_the_model_here(setup, capsys, tmp_path):
     pytest.importorskip("matplotlib")
     _, data_bin, a = setup

@@ -188,7 +188,8 @@ def import_tiny(tmp_path, args, weights=None, extra=None):
 ])
 def test_imported_model_computes_what_fairseq_computes(tmp_path, variant):
     from nmt.generation.ensemble import EnsembleModel
-    from nmt.generation.inference import decoder_start, load_model
+    from nmt.generation.inference import decoder_start
+    from nmt.generation.loading import load_model
 
     args = tiny_args(**variant)
     weights = tiny_weights(args)
@@ -325,7 +326,7 @@ def test_fairseq_positions_grow_past_the_table_and_keep_their_values():
 
 def test_pre_0_10_key_names_import_the_same(tmp_path):
     """Old fairseq: q/k/v fused as in_proj_weight/bias, an untied output matrix named embed_out."""
-    from nmt.generation.inference import load_model
+    from nmt.generation.loading import load_model
 
     args = tiny_args(share_all_embeddings=False, share_decoder_input_output_embed=False)
     weights = tiny_weights(args)

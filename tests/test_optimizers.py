@@ -7,9 +7,9 @@ from typing import Any, Dict
 import pytest
 import torch
 
-from nmt.config.fields import plugin_group
 from nmt.config.loader import resolve_config
 from nmt.errors import ConfigError
+from nmt.fields import plugin_group
 from nmt.plugin_loader import import_user_dir, load_plugins
 from nmt.training.optimizer import build_optimizer, parse_floats
 
@@ -80,7 +80,7 @@ def test_user_dir_optimizer_built_by_name(tmp_path):
     (tmp_path / "my_optim.py").write_text(textwrap.dedent('''
         from dataclasses import dataclass
         import torch
-        from nmt.config.fields import opt
+        from nmt.fields import opt
         from nmt.registry import register_optimizer
 
         @dataclass

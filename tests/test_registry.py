@@ -4,8 +4,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from nmt.config.fields import opt, to_dataclass
 from nmt.errors import ConfigError
+from nmt.fields import opt, to_dataclass
 from nmt.registry import NoOptions, Registry, did_you_mean
 
 
@@ -108,3 +108,15 @@ def test_plugin_options_from_overrides_are_typed():
     assert to_dataclass(cfg_cls, {"name": "adam", "adam_eps": "1e-9"}).adam_eps == 1e-9
     with pytest.raises(ConfigError, match="adam_eps|Float"):
         to_dataclass(cfg_cls, {"adam_eps": "abc"})
+
+
+def test_plugins_written_against_nmt_config_fields_keep_working():
+    """The field helpers moved to nmt.fields (below the registry and the configs); a plugin importing them from
+    their old place, as docs/writing-plugins.md once showed, gets the same functions."""
+    import nmt.config.fields as old_place
+    import nmt.fields
+
+    public = [name for name in vars(nmt.fields) if not name.startswith("_") and callable(getattr(nmt.fields, name))
+              and getattr(getattr(nmt.fields, name), "__module__", "") == "nmt.fields"]
+    assert "opt" in public and "plugin_group" in public
+    assert all(getattr(old_place, name) is getattr(nmt.fields, name) for name in public)

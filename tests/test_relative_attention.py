@@ -228,7 +228,7 @@ def test_search_refilling_rows_equals_batch_by_batch(tmp_path, monkeypatch):
     """The searches merge cache rows of different ages (the default cache: refill stays enabled)."""
     import nmt.generation.search as search_module
     from nmt.config.generate import GenerationConfig
-    from nmt.generation.inference import load_ensemble
+    from nmt.generation.loading import load_ensemble
     from nmt.generation.search import build_search
 
     data_bin = make_data_bin(tmp_path, n_test=13)

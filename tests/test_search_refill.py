@@ -14,7 +14,7 @@ import nmt.generation.search as search_module
 from nmt.allocator import KERNEL_CACHE_CAPACITY, keep_built_kernels, keep_freed_memory
 from nmt.config.generate import GenerationConfig
 from nmt.generation.ensemble import EnsembleModel
-from nmt.generation.inference import load_ensemble
+from nmt.generation.loading import load_ensemble
 from nmt.generation.search import build_search
 from nmt.models import incremental_state
 from nmt.models.attention import AttentionBase

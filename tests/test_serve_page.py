@@ -134,6 +134,7 @@ def test_static_files_name_no_other_origin():
         assert "://" not in path.read_text(encoding="utf-8"), f"{path.name} names an absolute URL"
 
 
+@pytest.mark.slow  # a real nmt-serve and a headless Chromium
 def test_page_translates_and_draws_the_attention(browser: Any, server: Any, tmp_path: Path):
     sentences = raw_test_sentences(2)  # the first: "A man in an orange hat starring at something."
     found = _api(server, sentences, beam=5, nbest=2)["translations"]
@@ -190,6 +191,7 @@ def test_page_translates_and_draws_the_attention(browser: Any, server: Any, tmp_
     page.close(server.url)
 
 
+@pytest.mark.slow  # a real nmt-serve and a headless Chromium
 def test_page_shows_the_server_error_and_keeps_working(browser: Any, server: Any):
     sentence = raw_test_sentences(5)[4]
     too_long = "a" * 5000
@@ -211,6 +213,7 @@ def test_page_shows_the_server_error_and_keeps_working(browser: Any, server: Any
     page.close(server.url)
 
 
+@pytest.mark.slow  # a real nmt-serve and a headless Chromium
 def test_page_works_under_a_url_root(browser: Any, rooted_server: Any):
     assert urlsplit(rooted_server.url).path == "/translator"
     sentences = raw_test_sentences(2)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from nmt.config.fields import opt
+from nmt.fields import opt
 from nmt.registry import register_optimizer
 from nmt.training.optimizer import parse_betas
 

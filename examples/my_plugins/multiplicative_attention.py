@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from nmt.config.fields import opt
+from nmt.fields import opt
 from nmt.models.attention import AttentionBase, allowed_mask, softmax_attention
 from nmt.registry import register_attention
 

@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import torch
 
@@ -25,6 +25,9 @@ from nmt.checkpoint.format import build_state, load_checkpoint, save_checkpoint
 from nmt.checkpoint.rng_state import set_rng_state
 from nmt.checkpoint.verify import check_dictionaries, parameter_mismatch
 from nmt.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from nmt.config.train import CheckpointConfig, TrainJob
 
 LAST = "checkpoint_last.pt"
 BEST = "checkpoint_best.pt"
@@ -51,30 +54,23 @@ class TrainingParts:
 class CheckpointManager:
     """Saves, prunes and finds checkpoints in ``save_dir`` following the checkpoint options of ``cfg``.
 
-    ``cfg`` is the trainer's checkpoint config (``save_dir``, ``restore_file``, ``save_interval_updates``,
-    ``keep_last_epochs``, ``keep_interval_updates``, ``no_save``, ``best_checkpoint_metric``,
-    ``maximize_best_checkpoint_metric``, the ``reset_*`` flags; ``save_interval``, ``no_epoch_checkpoints``
-    and ``no_last_checkpoints`` are honoured when present). ``config`` is the whole run's config (stored in
-    each checkpoint), ``dictionaries`` the run's (checked on resume, fingerprinted on save); only a
-    ``writer`` (rank 0) writes files, every rank tracks the best metric; ``rank`` picks this process's
-    random generators out of a checkpoint several processes wrote."""
+    ``cfg`` is the run's checkpoint options (``--save-dir``, ``--keep-*``, ``--reset-*``, ...); ``config`` is
+    the whole run's config (stored in each checkpoint), ``dictionaries`` the run's (checked on resume,
+    fingerprinted on save); only a ``writer`` (rank 0) writes files, every rank tracks the best metric;
+    ``rank`` picks this process's random generators out of a checkpoint several processes wrote."""
 
-    def __init__(self, cfg: Any, *, config: Any = None, dictionaries: Mapping[str, Any] | None = None,
-                 writer: bool = True, rank: int = 0):
+    def __init__(self, cfg: CheckpointConfig, *, config: TrainJob | None = None,
+                 dictionaries: Mapping[str, Any] | None = None, writer: bool = True, rank: int = 0):
         self.cfg = cfg
         self.config = config
         self.dictionaries = dict(dictionaries or {})
         self.writer = writer
         self.rank = rank
-        self.save_dir = Path(getattr(cfg, "save_dir", "checkpoints"))
-        self.metric: str = getattr(cfg, "best_checkpoint_metric", "loss") or "loss"
-        self.maximize: bool = bool(getattr(cfg, "maximize_best_checkpoint_metric", False))
+        self.save_dir = Path(cfg.save_dir)
+        self.metric: str = cfg.best_checkpoint_metric or "loss"
+        self.maximize: bool = cfg.maximize_best_checkpoint_metric
         self.best: float | None = None  # best validation value so far (restored on resume)
         self.resumed_from: Path | None = None
-
-    def _opt(self, name: str, default: Any) -> Any:
-        value = getattr(self.cfg, name, default)
-        return default if value is None else value
 
     # ----------------------------------------------------------------------- best metric
 
@@ -100,14 +96,14 @@ class CheckpointManager:
               val_metrics: Mapping[str, float] | None = None, force_last: bool = False) -> list[str]:
         """The file names a save at this point writes (empty: nothing to save). Does not change ``best``.
         ``force_last``: write ``checkpoint_last.pt`` even between scheduled saves (the run is stopping)."""
-        if self._opt("no_save", False):
+        if self.cfg.no_save:
             return []
         names = []
         if end_of_epoch:
-            if not self._opt("no_epoch_checkpoints", False) and epoch % max(1, self._opt("save_interval", 1)) == 0:
+            if not self.cfg.no_epoch_checkpoints and epoch % self.cfg.save_interval == 0:
                 names.append(f"checkpoint{epoch}.pt")
         else:
-            every = self._opt("save_interval_updates", 0)
+            every = self.cfg.save_interval_updates
             if every > 0 and num_updates % every == 0:
                 names.append(f"checkpoint_{epoch}_{num_updates}.pt")
         value = self.metric_value(val_metrics)
@@ -115,7 +111,7 @@ class CheckpointManager:
             names.append(BEST)
         if value is not None and self._in_top_best(value):
             names.append(f"checkpoint.best_{self.metric}_{value:.4f}.pt")
-        if (names or end_of_epoch or force_last) and not self._opt("no_last_checkpoints", False):
+        if (names or end_of_epoch or force_last) and not self.cfg.no_last_checkpoints:
             names.append(LAST)
         return names
 
@@ -155,7 +151,7 @@ class CheckpointManager:
         return sorted(found, key=lambda vp: vp[0], reverse=self.maximize)
 
     def _in_top_best(self, value: float) -> bool:
-        keep = self._opt("keep_best_checkpoints", -1)
+        keep = self.cfg.keep_best_checkpoints
         if keep <= 0 or math.isnan(value):
             return False
         kept = self._kept_best()
@@ -167,13 +163,13 @@ class CheckpointManager:
     def prune(self) -> None:
         """Delete the oldest epoch / interval checkpoints beyond ``--keep-last-epochs`` / ``--keep-interval-updates``
         and the worst ``checkpoint.best_*`` beyond ``--keep-best-checkpoints``."""
-        keep_best = self._opt("keep_best_checkpoints", -1)
+        keep_best = self.cfg.keep_best_checkpoints
         if keep_best > 0:
             for _, path in self._kept_best()[keep_best:]:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
-        for regex, keep, key in ((_UPDATES_RE, self._opt("keep_interval_updates", -1), lambda m: int(m.group(2))),
-                                 (_EPOCH_RE, self._opt("keep_last_epochs", -1), lambda m: int(m.group(1)))):
+        for regex, keep, key in ((_UPDATES_RE, self.cfg.keep_interval_updates, lambda m: int(m.group(2))),
+                                 (_EPOCH_RE, self.cfg.keep_last_epochs, lambda m: int(m.group(1)))):
             if keep is None or keep < 0:
                 continue
             found = [(key(m), p) for p in self.save_dir.glob("checkpoint*.pt") if (m := regex.fullmatch(p.name))]
@@ -192,7 +188,7 @@ class CheckpointManager:
     def resume_path(self) -> Path | None:
         """The checkpoint to resume from: ``--restore-file`` (a bare name is looked up in save_dir first),
         or ``checkpoint_last.pt`` when it exists; None starts afresh."""
-        restore = self._opt("restore_file", LAST) or LAST
+        restore = self.cfg.restore_file or LAST
         candidate = Path(restore).expanduser()
         if len(candidate.parts) == 1 and (self.save_dir / candidate).exists():
             return self.save_dir / candidate
@@ -232,8 +228,9 @@ class CheckpointManager:
         if state is None:
             return None
         path = self.resumed_from
-        reset = {name: bool(self._opt(f"reset_{name}", False)) for name in ("optimizer", "lr_scheduler", "dataloader",
-                                                                             "meters")}
+        cfg = self.cfg
+        reset = {"optimizer": cfg.reset_optimizer, "lr_scheduler": cfg.reset_lr_scheduler,
+                 "dataloader": cfg.reset_dataloader, "meters": cfg.reset_meters}
         model = getattr(parts.model, "module", parts.model)  # unwrap DistributedDataParallel
         mismatch = parameter_mismatch(model.state_dict(), state["model"])
         if mismatch:

@@ -17,9 +17,10 @@ import torch
 
 from nmt.checkpoint.errors import CheckpointError
 from nmt.checkpoint.verify import check_finite_weights, parameter_mismatch
-from nmt.config.fields import to_dataclass
 from nmt.config.model import ModelConfig
+from nmt.data.dictionary import Dictionary
 from nmt.errors import ConfigError, NmtError
+from nmt.fields import to_dataclass
 from nmt.models.build import build_model
 
 UNSTORED_BUFFER_FLOOR = 1 << 28  # bytes of computed buffers always allowed (a 1024 x 512 sinusoid table is 2 MiB)
@@ -27,26 +28,29 @@ _LAYER = re.compile(r"(encoder|decoder)\.layers\.(\d+)\.")
 
 Weights = Mapping[str, torch.Tensor]
 Convert = Callable[[Weights, list], Weights]
+StoredModelConfig = ModelConfig | Mapping[str, Any]  # a checkpoint's config is a plain dict until checked
 
 
-def check_layer_counts(model_cfg: Any, names: Iterable[str], source: str, what: str, fix: str) -> None:
+def check_layer_counts(model_cfg: StoredModelConfig, names: Iterable[str], source: str, what: str, fix: str) -> None:
     """Refuse a config whose ``encoder_layers`` / ``decoder_layers`` differ from the layers the tensor
     names hold (``encoder.layers.<i>.``), before any layer is built. The counts are read through the
     ModelConfig dataclass, so that its defaults and layout apply as they do when the model is built."""
-    cfg = to_dataclass(ModelConfig, model_cfg)
+    cfg: ModelConfig = to_dataclass(ModelConfig, model_cfg)
+    wanted = {"encoder": cfg.encoder_layers, "decoder": cfg.decoder_layers}
     found: dict[str, set[int]] = {"encoder": set(), "decoder": set()}
     for name in names:
         m = _LAYER.match(name)
         if m:
             found[m.group(1)].add(int(m.group(2)))
     for side, layers in found.items():
-        want = getattr(cfg, f"{side}_layers")
+        want = wanted[side]
         if want != len(layers):
             raise CheckpointError(f"{source}: its stored {what} asks for {want!r} {side} layers ({side}_layers) "
                                   f"but its tensors hold {len(layers)}; {fix}")
 
 
-def _probe(model_cfg: Any, src_dict: Any, tgt_dict: Any, source: str, what: str, fix: str) -> torch.nn.Module:
+def _probe(model_cfg: ModelConfig, src_dict: Dictionary, tgt_dict: Dictionary, source: str, what: str,
+           fix: str) -> torch.nn.Module:
     """The model ``model_cfg`` describes, on the meta device: every shape, no memory."""
     try:
         with torch.device("meta"):
@@ -79,18 +83,19 @@ def _check_buffers(probe: torch.nn.Module, weights: Weights, source: str, what: 
                           f"{stored / 2**20:.1f} MiB of weights; {fix}")
 
 
-def build_model_from_weights(model_cfg: Any, weights: Weights, src_dict: Any, tgt_dict: Any, *, source: str,
-                             what: str, fix: str, convert: Convert | None = None) -> torch.nn.Module:
+def build_model_from_weights(model_cfg: StoredModelConfig, weights: Weights, src_dict: Dictionary,
+                             tgt_dict: Dictionary, *, source: str, what: str, fix: str,
+                             convert: Convert | None = None) -> torch.nn.Module:
     """The model ``model_cfg`` describes, holding ``weights``, built only after the config is checked
     against them. ``source`` names the file ("checkpoint X"), ``what`` the config in it ("model
     config"), and ``fix`` says what to do when it does not fit. ``convert(weights, model_keys)``, when given, maps the
     stored tensors to the model's names (imported checkpoints)."""
     try:  # a stored value outside its declared range is the file's fault, not a flag's
-        model_cfg = to_dataclass(ModelConfig, model_cfg)
+        cfg: ModelConfig = to_dataclass(ModelConfig, model_cfg)
     except ConfigError as e:
         raise CheckpointError(f"{source}: its stored {what} is not valid ({e}); {fix}") from None
-    check_layer_counts(model_cfg, weights, source, what, fix)
-    probe = _probe(model_cfg, src_dict, tgt_dict, source, what, fix)
+    check_layer_counts(cfg, weights, source, what, fix)
+    probe = _probe(cfg, src_dict, tgt_dict, source, what, fix)
     if convert is not None:
         weights = convert(weights, list(probe.state_dict()))
     mismatch = parameter_mismatch(probe.state_dict(), weights)
@@ -99,6 +104,6 @@ def build_model_from_weights(model_cfg: Any, weights: Weights, src_dict: Any, tg
                               f"{mismatch}; {fix}")
     _check_buffers(probe, weights, source, what, fix)
     check_finite_weights(weights, source)
-    model = build_model(model_cfg, src_dict, tgt_dict)
+    model = build_model(cfg, src_dict, tgt_dict)
     model.load_state_dict(weights)
     return model

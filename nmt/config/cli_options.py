@@ -14,9 +14,9 @@ from typing import Any
 import click
 import yaml
 
-from nmt.config.fields import allowed_text, flag_of
 from nmt.config.safe_yaml import VALUE_BYTES, parse_yaml
 from nmt.errors import ConfigError
+from nmt.fields import allowed_text, flag_of
 from nmt.registry import REGISTRIES
 
 

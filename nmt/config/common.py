@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from nmt.config.fields import opt
+from nmt.fields import opt
 
 
 @dataclass

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from nmt.config.common import CommonConfig
-from nmt.config.fields import opt, plugin_group
+from nmt.fields import opt, plugin_group
 
 GEN = "generation"
 

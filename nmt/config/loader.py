@@ -14,18 +14,21 @@ import copy
 import dataclasses
 import typing
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from nmt.config.compat import MOVED_KEYS
-from nmt.config.fields import as_group, check_values, flag_of, inherited_group
 from nmt.config.safe_yaml import VALUE_BYTES, parse_yaml, shortened
 from nmt.errors import ConfigError, UsageError
+from nmt.fields import as_group, check_values, flag_of, inherited_group
 from nmt.fileio import atomic_write_text
 from nmt.registry import REGISTRIES, did_you_mean
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 Preset = Callable[[DictConfig], "dict[str, Any] | None"]
 
@@ -283,18 +286,18 @@ def resolve_config(schema: type, *, yaml_file: str | Path | None = None, flags: 
     return cfg
 
 
-def to_yaml(cfg: Any) -> str:
+def to_yaml(cfg: DictConfig | DataclassInstance) -> str:
     if dataclasses.is_dataclass(cfg):
         cfg = OmegaConf.structured(cfg)
     return OmegaConf.to_yaml(cfg, resolve=False)
 
 
-def save_config(cfg: Any, path: str | Path) -> None:
+def save_config(cfg: DictConfig | DataclassInstance, path: str | Path) -> None:
     """Write the resolved config as YAML (atomically), so a run can be repeated with --config."""
     atomic_write_text(path, to_yaml(cfg))
 
 
-def to_plain(cfg: Any) -> dict[str, Any]:
+def to_plain(cfg: DictConfig | DataclassInstance) -> dict[str, Any]:
     """Plain dicts/lists/scalars (safe to store inside a weights_only checkpoint)."""
     if dataclasses.is_dataclass(cfg):
         cfg = OmegaConf.structured(cfg)

@@ -12,9 +12,12 @@ restricted --attention-window 8``), and ``encoder_attention`` / ``decoder_attent
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
-from nmt.config.fields import inherited_group, opt, plugin_group
+from nmt.fields import inherited_group, opt, plugin_group
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 GROUP = "model"
 ATTENTION_SITES = ("encoder", "decoder", "cross")  # encoder self, decoder self, encoder-decoder
@@ -89,12 +92,12 @@ class ModelConfig:
         return inherited_group(getattr(self, f"{side}_positional"), self.positional)
 
 
-def arch_preset(cfg: Any) -> Optional[dict[str, Any]]:
+def arch_preset(cfg: DictConfig) -> Optional[dict[str, Any]]:
     """The ``--arch`` preset layer for ``nmt.config.loader.resolve_config(preset=arch_preset)``:
     ``{"model": {...}}`` with the values the architecture sets (None when the config has no model)."""
     from nmt.registry import ARCH
 
-    model = cfg.get("model") if hasattr(cfg, "get") else getattr(cfg, "model", None)
+    model = cfg.get("model")
     if model is None:
         return None
     arch = model.arch if isinstance(model.arch, str) else model.arch["name"]

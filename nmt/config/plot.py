@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from nmt.config.common import CommonConfig
-from nmt.config.fields import opt
+from nmt.fields import opt
 
 GROUP = "plot"
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from nmt.config.common import CommonConfig
-from nmt.config.fields import opt, plugin_group
+from nmt.fields import opt, plugin_group
 
 G_IO = "input and output"
 G_DICT = "dictionary"

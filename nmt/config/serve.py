@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from nmt.config.fields import opt
 from nmt.config.generate import TranslateJob
 from nmt.errors import ConfigError
+from nmt.fields import opt
 
 SERVE = "server"
 # one path segment of --url-root: RFC 3986's path characters, without percent-escapes (a route is matched on the

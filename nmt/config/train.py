@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
 from nmt.config.common import CommonConfig
-from nmt.config.fields import opt, plugin_group
 from nmt.config.model import ModelConfig
+from nmt.fields import opt, plugin_group
 
 EVAL_BLEU = "eval bleu"  # the --help section of the --eval-bleu options
 PIPELINE = "pipeline"  # --eval-bleu-detok / --eval-bleu-remove-bpe: undo what the data-bin's text pipeline did

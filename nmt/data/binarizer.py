@@ -156,8 +156,8 @@ def _lines_to_ids(lines: list[str], d: Dictionary, lookup: dict[str, int]) -> tu
 def _init_worker(user_dir: str | None) -> None:
     """A pool worker: the parent handles interruptions (and ends the pool); plugins are loaded once."""
     from nmt.data.text_pipeline import TEXT_PLUGIN_KINDS
-    from nmt.data.work_dirs import worker_signals
     from nmt.plugin_loader import load_plugins
+    from nmt.signals import worker_signals
 
     worker_signals()
     load_plugins(user_dir, TEXT_PLUGIN_KINDS)
@@ -170,7 +170,7 @@ class PassRunner:
         self.workers = max(1, workers)
         self._pool = None
         if self.workers > 1:
-            from nmt.data.work_dirs import workers_starting
+            from nmt.signals import workers_starting
 
             with workers_starting():
                 self._pool = multiprocessing.get_context().Pool(self.workers, initializer=_init_worker,

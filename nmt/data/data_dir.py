@@ -19,9 +19,10 @@ from typing import Any, Iterable
 
 from nmt.data.data_shards import SHARD_PREFIX, shard_folder_name
 from nmt.data.metadata import METADATA_FILE, data_bin_files, read_metadata
-from nmt.data.work_dirs import new_work_dir, release, stop_signals_deferred
+from nmt.data.work_dirs import new_work_dir, release
 from nmt.errors import DataError, UsageError
 from nmt.owned_files import files_under, foreign_entries, move_files_into
+from nmt.signals import stop_signals_deferred
 
 _OTHER = "choose another --destdir (a new or empty folder)"
 _SHARD = re.compile(re.escape(SHARD_PREFIX) + r"(0|[1-9][0-9]*)")

@@ -21,8 +21,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from nmt.data.work_dirs import loader_worker_signals
 from nmt.errors import ConfigError, DataError
+from nmt.signals import loader_worker_signals
 
 
 class EpochBatchIterator:

@@ -36,10 +36,11 @@ from nmt.data.dictionary import Dictionary
 from nmt.data.indexed_dataset import FORMAT_VERSION
 from nmt.data.metadata import read_metadata
 from nmt.data.text_pipeline import codes_file_name, plugin_options
-from nmt.data.work_dirs import clean_leftovers, sigterm_as_interrupt
+from nmt.data.work_dirs import clean_leftovers
 from nmt.errors import DataError, UsageError
 from nmt.fileio import atomic_write_text
 from nmt.registry import BPE, TOKENIZER
+from nmt.signals import sigterm_as_interrupt
 
 METADATA_VERSION = 1
 

@@ -34,7 +34,7 @@ def plot_cross_attention(model: Any, src_tokens: torch.Tensor, hyp: Hypothesis, 
     """Save ``folder/sent{sid}_layer{L}_head{h}.png`` for every head of decoder layer ``layer``.
 
     ``src_tokens`` (S,) is the unpadded source (eos included); ``data`` has src_dict/tgt_dict."""
-    from nmt.generation.inference import teacher_forced_attention
+    from nmt.generation.alignment import teacher_forced_attention
 
     plt = _pyplot()
     weights = teacher_forced_attention(model, src_tokens, hyp.tokens, data.tgt_dict.bos())  # (L, H, T, S)

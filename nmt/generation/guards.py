@@ -14,12 +14,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from nmt.config.generate import GenerationConfig
+from nmt.data.dictionary import Dictionary
 from nmt.errors import ConfigError, DataError, NmtError
 
 _FILLER = re.compile(r"madeupword\d{4}")  # Dictionary.pad_to_multiple's padding symbols
 
 
-def real_symbols(dictionary: Any) -> int:
+def real_symbols(dictionary: Dictionary) -> int:
     """Symbols of ``dictionary`` without the ``madeupwordNNNN`` fillers padding it to a multiple of 8
     (they are never in the data, so no hypothesis is made of them)."""
     symbols = list(dictionary.symbols)
@@ -29,7 +31,7 @@ def real_symbols(dictionary: Any) -> int:
     return n
 
 
-def check_beam_fits_vocabulary(beam: int, tgt_dict: Any, dict_name: str) -> None:
+def check_beam_fits_vocabulary(beam: int, tgt_dict: Dictionary, dict_name: str) -> None:
     """Refuse a --beam (or a number of samples) above the target vocabulary's real symbols minus one,
     fairseq's cap (pad is never produced). Beyond it a beam holds no more distinct hypotheses, only
     rows: memory grows as sentences x beam x vocabulary (--beam 100000 reached 24 GB). Refused rather
@@ -41,7 +43,7 @@ def check_beam_fits_vocabulary(beam: int, tgt_dict: Any, dict_name: str) -> None
                           "it is the number of samples)")
 
 
-def within_positions(gen: Any, positions: int) -> Any:
+def within_positions(gen: GenerationConfig, positions: int) -> GenerationConfig:
     """``gen`` (a GenerationConfig) with --no-repeat-ngram-size above the models' ``positions`` lowered
     to them. No output is longer than that, so the search is the same, but the rules compare it with
     step tensors, which cannot hold a value beyond int64. (A --min-len that high is refused before:

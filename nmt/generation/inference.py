@@ -1,118 +1,26 @@
-"""What nmt-generate and nmt-interactive share: opening the data-bin's dictionaries, loading the
-checkpoint(s) as an ensemble, and translating a padded batch with the configured search."""
+"""Translating with loaded models: the weights as eager generation runs them (--bf16, packed linears), the
+configured search for these models, and the Translator (source ids in, hypotheses out, timing kept). Opening
+the data-bin is ``nmt.data.data_bin``'s, loading the models ``nmt.generation.loading``'s."""
 
 from __future__ import annotations
 
 import contextlib
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 
 from nmt.config.generate import GenerationConfig, InferenceConfig
-from nmt.errors import ConfigError, UsageError
+from nmt.data.data_bin import DataDir
+from nmt.errors import UsageError
 from nmt.generation.ensemble import EnsembleModel
 from nmt.generation.guards import check_finite_hypotheses, check_lengths, within_positions
 from nmt.generation.search import Hypothesis, Search, SourceBatch, build_search
 from nmt.generation.search_options import check_fits_model
 from nmt.models.attention import AttentionBase
 from nmt.models.row_buckets import BucketedLinear, PackedProjection, pack_weight
-
-
-@dataclass
-class DataDir:
-    """A data-bin folder's languages and dictionaries."""
-
-    path: Path
-    src: str
-    tgt: str
-    src_dict: Any
-    tgt_dict: Any
-
-
-def open_data_dir(data: str | None, source_lang: str | None, target_lang: str | None) -> DataDir:
-    """The languages (from the flags or metadata.json) and dictionaries of ``data``; of its first shard
-    when it is sharded (``a:b``, whose shards must share the dictionaries), where its test and
-    validation splits are too (fairseq's convention)."""
-    from nmt.data.data_dir import resolve_langs
-    from nmt.data.data_shards import data_shards
-    from nmt.data.dictionary import Dictionary
-    from nmt.data.shard_checks import check_same_dictionaries
-
-    shards = data_shards(data) if data else [data]
-    src, tgt = resolve_langs(shards[0], source_lang, target_lang)
-    assert shards[0] is not None  # resolve_langs refuses a missing folder
-    folder = Path(shards[0])
-    for lang in (src, tgt):
-        if not (folder / f"dict.{lang}.txt").exists():  # one that is not a regular file is named by Dictionary.load
-            raise UsageError(f"{folder}: no dict.{lang}.txt; check --source-lang/--target-lang or re-run "
-                             "nmt-preprocess")
-    check_same_dictionaries([str(s) for s in shards], src, tgt)
-    src_dict = Dictionary.load(folder / f"dict.{src}.txt")
-    tgt_dict = Dictionary.load(folder / f"dict.{tgt}.txt")
-    return DataDir(folder, src, tgt, src_dict, tgt_dict)
-
-
-def checkpoint_paths(spec: str | None) -> list[str]:
-    """``--path a.pt:b.pt`` -> ["a.pt", "b.pt"] (each a checkpoint or a model folder)."""
-    paths = [p for p in (spec or "").split(":") if p]
-    if not paths:
-        raise UsageError("--path is required: the checkpoint or model folder to translate with (several joined "
-                         "by ':' form an ensemble), e.g. --path checkpoints/checkpoint_best.pt")
-    return paths
-
-
-def model_and_data(data: str | None, path: str | None) -> tuple[str | None, str | None]:
-    """(DATA, --path) with a model folder standing in for what is missing: ``CMD MODEL_DIR`` translates
-    with the folder's model, ``CMD --path MODEL_DIR`` reads the folder's dictionaries and text pipeline
-    (``--path DIR1:DIR2``, an ensemble of folders, reads the first one's)."""
-    from nmt.model_folder.layout import is_model_folder
-
-    if not path and is_model_folder(data):
-        return data, data
-    folders = [p for p in (path or "").split(":") if p]
-    if not data and folders and all(is_model_folder(p) for p in folders):
-        return folders[0], path
-    return data, path
-
-
-def refuse_model_folder_as_data(data: str, splits: str) -> None:
-    """A model folder holds no splits: generating or scoring needs the data-bin beside it."""
-    from nmt.model_folder.layout import is_model_folder
-
-    if is_model_folder(data):
-        raise UsageError(f"DATA {data} is a model folder, which holds no splits ({splits}); give the data-bin "
-                         f"that holds them and the folder as --path: DATA_BIN --path {data}")
-
-
-def load_model(path: str, src_dict: Any, tgt_dict: Any, state: dict[str, Any] | None = None) -> torch.nn.Module:
-    """Build the model a checkpoint describes and load its weights; its dictionaries must match, its
-    stored config must fit its tensors before anything is allocated (an edited config is refused) and its
-    parameters must be finite. ``state``: the checkpoint at ``path`` when the caller has read it already."""
-    from nmt.checkpoint.format import load_model_for_inference, model_parts
-    from nmt.checkpoint.model_fit import build_model_from_weights
-    from nmt.checkpoint.verify import check_dictionaries
-    from nmt.model_folder.layout import is_model_folder, load_model_folder
-
-    folder = is_model_folder(path)
-    if folder:
-        model_cfg, weights, fingerprints = load_model_folder(path)
-    else:
-        model_cfg, weights, fingerprints = model_parts(state) if state is not None else load_model_for_inference(path)
-    check_dictionaries({"dictionaries": fingerprints}, path, {"source": src_dict, "target": tgt_dict})
-    source = f"model folder {path}" if folder else f"checkpoint {path}"
-    fix = ("export the model again with nmt-export" if folder
-           else "the file is damaged or its config was edited; use the checkpoint as nmt-train wrote it")
-    model = build_model_from_weights(model_cfg, weights, src_dict, tgt_dict, source=source, what="model config",
-                                     fix=fix)
-    return model.eval()
-
-
-def load_ensemble(spec: str | None, src_dict: Any, tgt_dict: Any) -> EnsembleModel:
-    return EnsembleModel([load_model(p, src_dict, tgt_dict) for p in checkpoint_paths(spec)])
 
 
 def autocast(bf16: bool) -> ContextManager:
@@ -258,37 +166,6 @@ def split_location(folder: str, split: str) -> Callable[[int], str]:
     return lambda k: f"{folder}: split {split}, sentence {k}"
 
 
-def make_translator(gen: GenerationConfig, inf: InferenceConfig, data: DataDir, seed: int) -> Translator:
-    ens = load_inference_models(inf, data)
-    return Translator(ens, search_for(gen, ens, data, seed))
-
-
-def load_inference_models(inf: InferenceConfig, data: DataDir) -> EnsembleModel:
-    """The models of ``--path`` as an ensemble ready to decode (threads set, --bf16 or --quantize applied,
-    --compile'd)."""
-    from nmt.allocator import keep_built_kernels, keep_freed_memory
-
-    keep_freed_memory()
-    keep_built_kernels()
-    if inf.threads:
-        torch.set_num_threads(inf.threads)
-    if inf.bf16 and inf.quantize != "none":
-        raise ConfigError(f"--bf16 and --quantize {inf.quantize}: choose one ({inf.quantize} weights replace the fp32 "
-                          "ones)")
-    if inf.compile and inf.quantize != "none":
-        raise ConfigError(f"--compile and --quantize {inf.quantize}: choose one (torch.compile does not take the "
-                          "dynamic-quantized layers); --compile --bf16 is the faster pair on the CPU")
-    ens = load_ensemble(inf.path, data.src_dict, data.tgt_dict)
-    if inf.quantize != "none":
-        from nmt.generation.quantize import quantize_models
-
-        return quantize_models(ens, inf.quantize)
-    inference_weights(ens, inf.bf16, pack=not inf.compile)
-    if inf.compile:
-        ens.compile_decoders()
-    return ens
-
-
 def search_for(gen: GenerationConfig, ens: EnsembleModel, data: DataDir, seed: int) -> Search:
     """The search ``gen`` configures, for these models (their decoder start, their longest output); options the
     models cannot honour are refused here, for every caller (nmt.generation.search_options)."""
@@ -309,19 +186,3 @@ def decoder_start(ens: EnsembleModel, tgt_dict: Any) -> int | None:
     return None if symbol == "<s>" else tgt_dict.index(symbol)
 
 
-def teacher_forced_attention(model: Any, src_tokens: torch.Tensor, tokens: torch.Tensor, first: int) -> torch.Tensor:
-    """(layers, heads, T, S) encoder-decoder attention of one translation: ``tokens`` (T,) fed back to the model
-    after the decoder's ``first`` symbol, over ``src_tokens`` (S,), in one teacher-forced pass (the search never
-    has to keep every head of every layer)."""
-    prev = torch.cat([torch.tensor([first]), tokens[:-1]]).unsqueeze(0)  # (1, T)
-    with torch.inference_mode():
-        layers = model.attention_weights(src_tokens.unsqueeze(0), torch.tensor([len(src_tokens)]), prev)["cross"]
-    return torch.stack([w[0].float() for w in layers])
-
-
-def hard_alignment(attn: torch.Tensor, src_len: int) -> list[tuple[int, int]]:
-    """(source position, target position) pairs: each target token but the eos to the source token
-    (not the eos) it attends most. ``attn`` is (T, S) for one hypothesis; ``src_len`` counts the eos."""
-    words = max(src_len - 1, 1)
-    best = attn[:-1, :words].argmax(dim=1).tolist()  # (T-1,)
-    return [(s, t) for t, s in enumerate(best)]

@@ -11,13 +11,14 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from nmt.generation.inference import hard_alignment
+from nmt.data.dictionary import Dictionary
+from nmt.generation.alignment import hard_alignment
 from nmt.generation.search import Hypothesis
 
 LN2 = math.log(2)
 
 
-def hypothesis_lines(sid: int, hyp: Hypothesis, tgt_dict: Any, detokenize: Any, src_len: int,
+def hypothesis_lines(sid: int, hyp: Hypothesis, tgt_dict: Dictionary, detokenize: Any, src_len: int,
                      print_alignment: bool = False) -> tuple[list[str], str]:
     """The H/D/P(/A) lines of one hypothesis, and its detokenized text."""
     tokens = tgt_dict.string(hyp.tokens)
@@ -41,9 +42,3 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str], tokenize
     metrics: list[Any] = [BLEU(tokenize=tokenize) if tokenize else BLEU()] + ([CHRF()] if chrf else [])
     refs = [list(references)]
     return [(m.corpus_score(list(hypotheses), refs), str(m.get_signature())) for m in metrics]
-
-
-def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[str, str]:
-    """sacreBLEU's corpus BLEU line (``BLEU = 34.30 65.1/...``) and its signature."""
-    score, signature = corpus_scores(hypotheses, references, chrf=False)[0]
-    return str(score), signature

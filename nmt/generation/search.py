@@ -13,6 +13,7 @@ from typing import Any, Iterable, Iterator, Optional
 import torch
 
 from nmt.config.generate import GenerationConfig
+from nmt.data.dictionary import Dictionary
 from nmt.errors import ConfigError
 from nmt.generation.ensemble import EnsembleModel
 from nmt.registry import SEARCH
@@ -45,7 +46,7 @@ class Specials:
     unk: int
 
     @staticmethod
-    def of(dictionary: Any, decoder_start: int | None = None) -> "Specials":
+    def of(dictionary: Dictionary, decoder_start: int | None = None) -> "Specials":
         """``decoder_start``: the first decoder input when not bos (fairseq-trained models use eos)."""
         bos = dictionary.bos() if decoder_start is None else decoder_start
         return Specials(bos, dictionary.eos(), dictionary.pad(), dictionary.unk())
@@ -305,6 +306,7 @@ def block_repeated_ngrams(lprobs: torch.Tensor, generated: torch.Tensor, n: int)
     lprobs.masked_fill_(banned > 0, NEG_INF)
 
 
-def build_search(gen: GenerationConfig, dictionary: Any, seed: int = 1, decoder_start: int | None = None) -> Search:
+def build_search(gen: GenerationConfig, dictionary: Dictionary, seed: int = 1,
+                 decoder_start: int | None = None) -> Search:
     """The strategy ``gen.search`` names, with its options."""
     return SEARCH.build(gen.search["name"], gen.search, gen, Specials.of(dictionary, decoder_start), seed)

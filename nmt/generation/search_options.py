@@ -5,7 +5,7 @@ requests (through the same model object) and the flags of nmt-generate / nmt-int
    option takes an integer (not ``True``, ``"5"`` or ``5.0``), a number option an integer or a float, a switch
    ``True`` or ``False``; the search plugin's options likewise (``types_checked``). Flags are text and are
    converted by the config loader instead.
-2. The ranges declared on GenerationConfig and on the search plugin's config (``nmt.config.fields.opt``),
+2. The ranges declared on GenerationConfig and on the search plugin's config (``nmt.fields.opt``),
    checked by ``to_dataclass`` for every caller: e.g. ``lenpen`` in [-5, 5], ``unkpen`` in [-100, 100],
    ``temperature`` in [0.01, 100], every float finite.
 3. The rules that depend on the model, run whenever a search is built (``check_fits_model``, from
@@ -26,6 +26,7 @@ import typing
 from typing import Any, Mapping
 
 from nmt.config.generate import GenerationConfig
+from nmt.data.dictionary import Dictionary
 from nmt.errors import ConfigError
 from nmt.generation.guards import check_beam_fits_vocabulary
 
@@ -108,7 +109,7 @@ def types_checked(cls: type, values: Mapping[str, Any], where: str) -> dict[str,
 def generation_config(options: Mapping[str, Any], where: str) -> GenerationConfig:
     """GenerationConfig from option values handed over by a caller: types checked without coercion
     (``types_checked``), then the declared ranges (``to_dataclass``). ``where`` starts each message ("translate()")."""
-    from nmt.config.fields import to_dataclass
+    from nmt.fields import to_dataclass
 
     prefix = f"{where}: "
     values = dict(options)
@@ -126,7 +127,7 @@ def shortest_output_limit(gen: GenerationConfig, target_positions: int) -> int:
     return min(math.floor(gen.max_len_a + min(gen.max_len_b, cap)), cap)
 
 
-def check_fits_model(gen: GenerationConfig, target_positions: int, tgt_dict: Any, dict_name: str) -> None:
+def check_fits_model(gen: GenerationConfig, target_positions: int, tgt_dict: Dictionary, dict_name: str) -> None:
     """Refuse options the model cannot honour (see the module doc): ``beam`` above the target vocabulary, and
     ``min_len`` above the output length limit of the shortest source."""
     check_beam_fits_vocabulary(gen.beam, tgt_dict, dict_name)

@@ -61,14 +61,10 @@ def worker_main(cfg: GenerateJob, need_attn: bool, conn: Connection) -> None:
     and ("done", sentences, tokens, seconds); on failure ("error", exit code, reason)."""
     try:
         from nmt.data.batching import split_sorted
+        from nmt.data.data_bin import open_data_dir
         from nmt.data.language_pair_dataset import load_language_pair
-        from nmt.generation.inference import (
-            batch_sentences,
-            make_translator,
-            open_data_dir,
-            source_batches,
-            split_location,
-        )
+        from nmt.generation.inference import batch_sentences, source_batches, split_location
+        from nmt.generation.loading import make_translator
         from nmt.plugin_loader import load_plugins
 
         load_plugins(cfg.common.user_dir)

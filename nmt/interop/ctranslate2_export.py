@@ -29,15 +29,17 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from nmt.config.model import ModelConfig
 from nmt.data.data_dir import remove_empty
 from nmt.data.dictionary import Dictionary
-from nmt.data.work_dirs import clean_leftovers, new_work_dir, release, stop_signals_deferred
+from nmt.data.work_dirs import clean_leftovers, new_work_dir, release
 from nmt.errors import ConfigError, UsageError
 from nmt.fileio import DiskFullError
 from nmt.models.attention import AttentionBase
 from nmt.models.layers import DecoderLayer, EncoderLayer, FeedForward, Residual
 from nmt.models.transformer import Embedder, TransformerDecoder, TransformerEncoder, TransformerModel
 from nmt.owned_files import move_files_into
+from nmt.signals import stop_signals_deferred
 
 WHO = "nmt-export --format ctranslate2"
 FALLBACK = "export with --format nmt instead"
@@ -64,7 +66,7 @@ def unsupported(model: nn.Module) -> str | None:
         if isinstance(attn, AttentionBase) and attn.key_dim != attn.head_dim:
             return (f"the model's attention key size d_k is {attn.key_dim} (--attention-key-dim), not d_model / "
                     f"heads ({attn.head_dim}), which CTranslate2 cannot run")
-    activation = getattr(model.cfg, "activation_fn", None)
+    activation = model.cfg.activation_fn
     if activation not in ACTIVATIONS:
         return f"the model's activation is '{activation}', which CTranslate2 cannot run (it runs relu or gelu)"
     return None
@@ -181,7 +183,7 @@ def _activation(name: str) -> Any:
     return getattr(common_spec.Activation, ACTIVATIONS[name])
 
 
-def _encoder_spec(encoder: TransformerEncoder, cfg: Any, relative: bool) -> Any:
+def _encoder_spec(encoder: TransformerEncoder, cfg: ModelConfig, relative: bool) -> Any:
     from ctranslate2.specs import transformer_spec
 
     layers = cast(list[EncoderLayer], list(encoder.layers))
@@ -197,7 +199,7 @@ def _encoder_spec(encoder: TransformerEncoder, cfg: Any, relative: bool) -> Any:
     return spec
 
 
-def _decoder_spec(decoder: TransformerDecoder, cfg: Any, relative: bool) -> Any:
+def _decoder_spec(decoder: TransformerDecoder, cfg: ModelConfig, relative: bool) -> Any:
     from ctranslate2.specs import transformer_spec
 
     layers = cast(list[DecoderLayer], list(decoder.layers))
@@ -226,7 +228,7 @@ def build_spec(model: TransformerModel, src_dict: Dictionary, tgt_dict: Dictiona
     spec.register_target_vocabulary(list(tgt_dict.symbols))
     config = spec.config
     config.unk_token, config.bos_token, config.eos_token = "<unk>", "<s>", "</s>"
-    config.decoder_start_token = getattr(model.cfg, "decoder_start", "<s>")
+    config.decoder_start_token = model.cfg.decoder_start
     config.add_source_bos = False
     config.add_source_eos = False  # the caller appends "</s>", as nmt's data pipeline does
     config.layer_norm_epsilon = _layer_norm_epsilon(model)
@@ -275,7 +277,7 @@ def _save(spec: Any, output: Path) -> None:
 def export_ctranslate2(model: torch.nn.Module, src_dict: Dictionary, tgt_dict: Dictionary, output: str | Path,
                        *, quantization: str | None = None) -> Path:
     """Write a CTranslate2 model folder for ``model`` (an nmt TransformerModel in eval mode, as built by
-    nmt.generation.inference.load_model) and its dictionaries at ``output``, a new or empty folder.
+    nmt.generation.loading.load_model) and its dictionaries at ``output``, a new or empty folder.
     ``quantization`` is CTranslate2's weight type ("int8", "float16", ...; None keeps float32).
     Everything is checked before anything is written; returns the folder."""
     try:

@@ -19,6 +19,7 @@ from typing import Any, Callable, cast
 import torch
 
 from nmt.config.model import ModelConfig
+from nmt.data.dictionary import Dictionary
 from nmt.errors import DataError, UsageError
 from nmt.interop.fairseq_unpickle import fairseq_model_args, load_fairseq_file
 
@@ -188,8 +189,8 @@ def _languages(data: Path, args: dict[str, Any], source_lang: str | None,
     raise UsageError(f"--data {data}: cannot tell the languages; pass --source-lang and --target-lang")
 
 
-def build_imported_model(state: dict[str, Any], path: str | Path, src_dict: Any,
-                         tgt_dict: Any) -> torch.nn.Module:
+def build_imported_model(state: dict[str, Any], path: str | Path, src_dict: Dictionary,
+                         tgt_dict: Dictionary) -> torch.nn.Module:
     """The nmt model holding the weights of fairseq checkpoint ``state`` (read from ``path``); its args
     are checked against its tensors before the model is allocated."""
     from nmt.checkpoint.model_fit import build_model_from_weights

@@ -43,8 +43,8 @@ def read_scores(path: str) -> dict[str, Any]:
 
 def _checkpoint_state(paths: Sequence[str]) -> dict[str, Any]:
     """One checkpoint's state, or the average of several (as nmt-average-checkpoints computes it)."""
+    from nmt.checkpoint.averaging import average_checkpoints
     from nmt.checkpoint.format import load_checkpoint
-    from nmt.generation.averaging import average_checkpoints
 
     return load_checkpoint(paths[0]) if len(paths) == 1 else average_checkpoints(paths)
 
@@ -52,7 +52,7 @@ def _checkpoint_state(paths: Sequence[str]) -> dict[str, Any]:
 def _stored_tensors(weights: dict[str, torch.Tensor], bf16: bool) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """The tensors to write, each tied group once (safetensors stores no shared memory), and
     name -> first name for the tied ones."""
-    from nmt.generation.averaging import tied_names
+    from nmt.checkpoint.averaging import tied_names
 
     first_of = tied_names(weights)
     stored = {}
@@ -110,7 +110,7 @@ def export_model_folder(paths: Sequence[str], data_dir: str | Path, output: str 
     from nmt.checkpoint.format import stored_model_config
     from nmt.checkpoint.model_fit import build_model_from_weights
     from nmt.checkpoint.verify import check_dictionaries
-    from nmt.generation.inference import open_data_dir
+    from nmt.data.data_bin import open_data_dir
     from nmt.model_folder.card import model_card
 
     output, data_dir = Path(output), Path(data_dir)

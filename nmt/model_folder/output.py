@@ -21,10 +21,11 @@ from typing import Collection, Iterator
 from nmt.bounded_read import file_kind
 from nmt.data.data_dir import make_parents, remove_empty, resolve_destdir
 from nmt.data.metadata import METADATA_FILE, data_bin_files, read_metadata
-from nmt.data.work_dirs import clean_leftovers, new_work_dir, release, stop_signals_deferred
+from nmt.data.work_dirs import clean_leftovers, new_work_dir, release
 from nmt.errors import DataError, UsageError
 from nmt.model_folder.layout import CARD, MANIFEST, WEIGHTS, is_model_folder
 from nmt.owned_files import clashes, files_under, foreign_entries, move_files_into
+from nmt.signals import stop_signals_deferred
 
 OWN_NAMES = frozenset({MANIFEST, WEIGHTS, CARD, METADATA_FILE})  # with the dictionaries and codes metadata.json names
 

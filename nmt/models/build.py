@@ -10,9 +10,9 @@ from typing import Any, Optional, cast
 import torch
 from torch import nn
 
-from nmt.config.fields import to_dataclass
 from nmt.config.model import ATTENTION_SITES, POSITIONAL_SIDES, ModelConfig
 from nmt.errors import ConfigError
+from nmt.fields import to_dataclass
 from nmt.models.attention import AttentionBase
 from nmt.models.layers import DecoderLayer, EncoderLayer, FeedForward
 from nmt.models.transformer import Embedder, TransformerDecoder, TransformerEncoder, TransformerModel

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Optional
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +16,9 @@ from nmt.models.incremental_state import key_window, left_pads, reorder_incremen
 from nmt.models.layers import DecoderLayer, EncoderLayer
 from nmt.models.positional import PositionalBase
 from nmt.models.row_buckets import linear as bucketed_linear
+
+if TYPE_CHECKING:
+    from nmt.config.model import ModelConfig
 
 
 class EncoderOut(NamedTuple):
@@ -141,15 +144,15 @@ class TransformerModel(nn.Module):
     """Encoder + decoder; ``model(src_tokens, src_lengths, prev_output_tokens) -> logits (B, T, V)``."""
 
     def __init__(self, encoder: TransformerEncoder, decoder: TransformerDecoder, plugins: dict[str, str],
-                 cfg: Any = None):
+                 cfg: ModelConfig):
         super().__init__()
         self.encoder = encoder
         self.decoder = decoder
         self._plugins = dict(plugins)
         self.cfg = cfg  # the ModelConfig it was built from
         # Longest inputs it is meant for (searches cap output length with the target one).
-        self.max_source_positions: int = getattr(cfg, "max_source_positions", 1024)
-        self.max_target_positions: int = getattr(cfg, "max_target_positions", 1024)
+        self.max_source_positions: int = cfg.max_source_positions
+        self.max_target_positions: int = cfg.max_target_positions
 
     def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor], prev_output_tokens: Tensor,
                 features_only: bool = False) -> Tensor:
@@ -200,8 +203,3 @@ class TransformerModel(nn.Module):
     @staticmethod
     def reorder_incremental_state(incremental_state: IncrementalState, new_order: Tensor, drop_left: int = 0) -> None:
         reorder_incremental_state(incremental_state, new_order, drop_left)
-
-    @torch.no_grad()
-    def num_parameters(self) -> int:
-        """Distinct parameters (a tied matrix counts once)."""
-        return sum(p.numel() for p in self.parameters())

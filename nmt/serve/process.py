@@ -24,7 +24,7 @@ from nmt.serve.cores import SharedCores
 
 def model_location(cfg: ServeJob) -> tuple[str, str]:
     """(checkpoint or model folder, data-bin or model folder) of the model to serve; a UsageError without one."""
-    from nmt.generation.inference import model_and_data
+    from nmt.generation.loading import model_and_data
 
     data, path = model_and_data(cfg.data, cfg.inference.path)
     if not data or not path:

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from nmt.config.train import DistributedTrainingConfig
+from nmt.config.train import DistributedTrainingConfig, TrainJob
 from nmt.errors import ConfigError, NmtError
 from nmt.hardware import cores_per_process
 from nmt.training import preemption
@@ -66,7 +66,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn(worker: Callable[[Any], object], cfg: Any) -> None:
+def spawn(worker: Callable[[TrainJob], object], cfg: TrainJob) -> None:
     """Run ``worker(cfg)`` in ``--distributed-world-size`` local processes (rank i gets
     ``cfg.distributed_training.distributed_rank = i``); SIGTERM/SIGUSR1 sent to this process are passed on to them."""
     dcfg: DistributedTrainingConfig = cfg.distributed_training
@@ -83,7 +83,7 @@ def spawn(worker: Callable[[Any], object], cfg: Any) -> None:
                        "(its error is printed above)") from None
 
 
-def _spawned(index: int, worker: Callable[[Any], object], cfg: Any) -> None:
+def _spawned(index: int, worker: Callable[[TrainJob], object], cfg: TrainJob) -> None:
     cfg.distributed_training = replace(cfg.distributed_training, distributed_rank=index)
     try:
         worker(cfg)

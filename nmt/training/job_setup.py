@@ -7,16 +7,23 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nmt.config.train import TaskConfig, TrainJob
 from nmt.data.batching import batch_by_size
 from nmt.data.data_dir import resolve_langs
 from nmt.data.data_shards import data_shards
+from nmt.data.dictionary import Dictionary
 from nmt.data.epoch_iterator import EpochBatchIterator
+from nmt.data.language_pair_dataset import LanguagePairDataset
 from nmt.data.shard_checks import check_training_shards
 from nmt.data.shard_epochs import ShardEpochIterator
 from nmt.training.distributed import DistributedContext
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from nmt.training.criterion import Criterion
 
 logger = logging.getLogger(__name__)
 
@@ -25,10 +32,10 @@ logger = logging.getLogger(__name__)
 class TrainData:
     """The dictionaries and the opened splits of a data-bin (the first shard's when DATA is sharded)."""
 
-    src_dict: Any
-    tgt_dict: Any
-    train: Any  # the first shard's training split (epoch 1's)
-    valid: dict[str, Any] = field(default_factory=dict)  # subset name -> dataset, first one picks the best
+    src_dict: Dictionary
+    tgt_dict: Dictionary
+    train: LanguagePairDataset  # the first shard's training split (epoch 1's)
+    valid: dict[str, LanguagePairDataset] = field(default_factory=dict)  # subset -> dataset; the first picks the best
     shards: list[str] = field(default_factory=list)  # the data-bin folders of DATA (one unless sharded)
     langs: tuple[str, str] = ("", "")
 
@@ -67,7 +74,7 @@ def train_iterator(cfg: TrainJob, data: TrainData, ctx: DistributedContext) -> S
     return ShardEpochIterator(max(1, len(data.shards)), open_shard)
 
 
-def shard_iterator(cfg: TrainJob, dataset: Any, ctx: DistributedContext, epoch: int,
+def shard_iterator(cfg: TrainJob, dataset: LanguagePairDataset, ctx: DistributedContext, epoch: int,
                    split: str) -> EpochBatchIterator:
     """One data shard's training batches (built once from the sizes) and this rank's share of each epoch;
     sentences longer than the model's positions are refused (or skipped with
@@ -83,7 +90,8 @@ def shard_iterator(cfg: TrainJob, dataset: Any, ctx: DistributedContext, epoch: 
                               num_workers=task.num_workers, epoch=epoch)
 
 
-def valid_iterator(cfg: TrainJob, subset: str, dataset: Any, ctx: DistributedContext) -> EpochBatchIterator:
+def valid_iterator(cfg: TrainJob, subset: str, dataset: LanguagePairDataset,
+                   ctx: DistributedContext) -> EpochBatchIterator:
     """Validation batches in a fixed order, each on exactly one rank (shards may differ by one batch, and a
     rank may get none: validation has no collective per batch, only the final sums are all-reduced)."""
     task, model, seed = cfg.task, cfg.model, cfg.common.seed
@@ -97,7 +105,7 @@ def valid_iterator(cfg: TrainJob, subset: str, dataset: Any, ctx: DistributedCon
                               shuffle=False, even=False, num_workers=0)
 
 
-def build_model_and_criterion(cfg: TrainJob, data: TrainData) -> tuple[Any, Any]:
+def build_model_and_criterion(cfg: TrainJob, data: TrainData) -> tuple[nn.Module, Criterion]:
     from nmt.models.build import build_model
     from nmt.training.criterion import build_criterion
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from nmt.config.fields import opt
+from nmt.fields import opt
 from nmt.registry import LR_SCHEDULER
 
 

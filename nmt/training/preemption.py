@@ -10,7 +10,7 @@
   collective): the record rides in the all-reduce of each update's figures (``Trainer.train_step``),
   so agreeing costs nothing, and a signal to any rank stops them all.
 - A launcher that spawned local workers passes the signals on to them (:func:`forwarded_to`);
-  DataLoader workers ignore them (``nmt.data.work_dirs.loader_worker_signals``).
+  DataLoader workers ignore them (``nmt.signals.loader_worker_signals``).
 - ``--requeue-on-preemption`` under SLURM runs ``scontrol requeue $SLURM_JOB_ID`` once the checkpoint
   is saved; the requeued job runs the same command, which resumes from it.
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from nmt.checkpoint.manager import LAST
-from nmt.data.work_dirs import PREEMPTION_SIGNALS, signals_handled
+from nmt.signals import PREEMPTION_SIGNALS, signals_handled
 
 STOP_LINE_START = "nmt-train: stopped by "  # how the line of a preempted run begins (scripts look for it)
 SCONTROL_TIMEOUT = 60  # seconds scontrol may take before the requeue counts as failed

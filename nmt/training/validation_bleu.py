@@ -26,6 +26,8 @@ import torch
 from nmt.config.generate import GenerationConfig
 from nmt.config.train import PIPELINE, TrainJob
 from nmt.data.data_shards import first_shard
+from nmt.data.dictionary import Dictionary
+from nmt.data.language_pair_dataset import LanguagePairDataset
 from nmt.errors import ConfigError
 from nmt.training.distributed import DistributedContext
 
@@ -125,10 +127,10 @@ def eval_bleu_options(cfg: TrainJob) -> EvalBleuOptions | None:
 class ValidationBleu:
     """Translates a validation subset with the model being trained and scores it (see the module doc)."""
 
-    def __init__(self, cfg: TrainJob, options: EvalBleuOptions, src_dict: Any, tgt_dict: Any,
+    def __init__(self, cfg: TrainJob, options: EvalBleuOptions, src_dict: Dictionary, tgt_dict: Dictionary,
                  ctx: DistributedContext, log: Callable[[str], None]):
+        from nmt.data.data_bin import DataDir
         from nmt.data.data_dir import resolve_langs
-        from nmt.generation.inference import DataDir
 
         self.cfg = cfg
         self.options = options
@@ -141,13 +143,13 @@ class ValidationBleu:
         self.references: dict[str, list[str]] = {}  # subset -> its references (read once)
 
     @classmethod
-    def create(cls, cfg: TrainJob, src_dict: Any, tgt_dict: Any, ctx: DistributedContext,
+    def create(cls, cfg: TrainJob, src_dict: Dictionary, tgt_dict: Dictionary, ctx: DistributedContext,
                log: Callable[[str], None]) -> "ValidationBleu | None":
         """The scorer --eval-bleu asks for, or None without it."""
         options = eval_bleu_options(cfg)
         return None if options is None else cls(cfg, options, src_dict, tgt_dict, ctx, log)
 
-    def scores(self, model: torch.nn.Module, subset: str, dataset: Any) -> dict[str, float]:
+    def scores(self, model: torch.nn.Module, subset: str, dataset: LanguagePairDataset) -> dict[str, float]:
         """{"bleu": ..., "chrf": ...} of ``model`` on ``dataset``, the same on every rank."""
         from nmt.checkpoint.rng_state import get_rng_state, set_rng_state
 
@@ -174,7 +176,7 @@ class ValidationBleu:
         self.replica.load_state_dict({k: v.detach().cpu() for k, v in model.state_dict().items()})
         return self.replica
 
-    def _score(self, model: torch.nn.Module, subset: str, dataset: Any) -> dict[str, float]:
+    def _score(self, model: torch.nn.Module, subset: str, dataset: LanguagePairDataset) -> dict[str, float]:
         from nmt.data.batching import batch_by_size
         from nmt.generation.ensemble import EnsembleModel
         from nmt.generation.inference import Translator, search_for, source_batches
@@ -206,7 +208,7 @@ class ValidationBleu:
             self.log(f"--eval-bleu {subset} example reference: {refs[ids[0]]}")
         return {"bleu": float(bleu.score), "chrf": float(chrf.score)}
 
-    def _references(self, subset: str, dataset: Any) -> list[str]:
+    def _references(self, subset: str, dataset: LanguagePairDataset) -> list[str]:
         """The raw text kept by nmt-preprocess when it fits, else the target side post-processed like
         the hypotheses."""
         from nmt.data.corpus_files import read_lines

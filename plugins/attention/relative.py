@@ -26,7 +26,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
-from nmt.config.fields import opt
+from nmt.fields import opt
 from nmt.models.attention import AttentionBase, allowed_mask, attention_weights
 from nmt.models.dropout import dropout
 from nmt.registry import register_attention

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from nmt.config.fields import opt
+from nmt.fields import opt
 from nmt.models.attention import AttentionBase, softmax_attention
 from nmt.registry import register_attention
 

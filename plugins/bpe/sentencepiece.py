@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from nmt.config.fields import opt
 from nmt.data.corpus_files import count_lines, read_lines
 from nmt.data.text_pipeline import BPE, normalize_space
 from nmt.errors import ConfigError, DataError, UsageError
+from nmt.fields import opt
 from nmt.fileio import atomic_write
 from nmt.registry import register_bpe
 

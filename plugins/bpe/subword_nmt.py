@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from nmt.config.fields import opt
 from nmt.data.text_pipeline import BPE
 from nmt.errors import DataError
+from nmt.fields import opt
 from nmt.fileio import atomic_write, atomic_write_text
 from nmt.registry import register_bpe
 

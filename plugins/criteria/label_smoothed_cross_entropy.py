@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from nmt.config.fields import opt
+from nmt.fields import opt
 from nmt.registry import register_criterion
 from nmt.training.criterion import Criterion, label_smoothed_nll_loss, projected_label_smoothed_nll_loss
 

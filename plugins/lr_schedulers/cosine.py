@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from nmt.config.fields import opt
 from nmt.errors import ConfigError
+from nmt.fields import opt
 from nmt.registry import register_lr_scheduler
 from nmt.training.lr_scheduler import LRScheduler, WarmupConfig, linear_warmup, warmup_start_lr
 

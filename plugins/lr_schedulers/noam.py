@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from nmt.config.fields import opt
+from nmt.fields import opt
 from nmt.registry import register_lr_scheduler
 from nmt.training.lr_scheduler import LRScheduler
 

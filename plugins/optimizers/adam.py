@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from nmt.config.fields import opt
+from nmt.fields import opt
 from nmt.registry import register_optimizer
 from nmt.training.optimizer import init_with_fast_kernel, parse_betas
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from nmt.config.fields import opt
 from nmt.errors import ConfigError
+from nmt.fields import opt
 from nmt.registry import register_optimizer
 from nmt.training.optimizer import init_with_fast_kernel
 

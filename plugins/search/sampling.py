@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
-from nmt.config.fields import opt
 from nmt.config.generate import GenerationConfig
 from nmt.errors import ConfigError, DataError
+from nmt.fields import opt
 from nmt.generation.path_search import PathSearch
 from nmt.generation.search import NEG_INF, Specials
 from nmt.registry import register_search

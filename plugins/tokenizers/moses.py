@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nmt.config.fields import opt
 from nmt.data.text_pipeline import Tokenizer
+from nmt.fields import opt
 from nmt.registry import register_tokenizer
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nmt.config.common import CommonConfig
-from nmt.config.fields import opt
+from nmt.fields import opt
 from studies.ablations.doc_page import DOC_BEGIN, DOC_END
 from studies.ablations.variants import VARIANTS
 from studies.commands import precision_flags, thread_flags, tool

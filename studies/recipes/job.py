@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nmt.config.fields import opt
+from nmt.fields import opt
 from studies.recipes.candidates import CANDIDATES
 
 
