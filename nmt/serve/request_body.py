@@ -10,21 +10,17 @@ is asked for); an unknown field is refused naming it (OpenNMT-py's own items hol
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, NoReturn, Sequence
 
-import numpy as np
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import TypeAdapter, ValidationError
 
+from nmt.bounded_read import json_depth
+
 # A request is 2 levels deep ([{"src": ...}], {"text": [...]}); the limit leaves room and keeps json.loads, which
 # recurses once per level, far from Python's recursion limit (100,000 nested brackets raised RecursionError).
 MAX_JSON_DEPTH = 32
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # a JSON string: its brackets do not nest
-_OPEN = np.zeros(256, dtype=np.int8)
-_OPEN[[ord("["), ord("{")]] = 1
-_OPEN[[ord("]"), ord("}")]] = -1
 
 
 class ApiError(Exception):
@@ -44,12 +40,11 @@ def error_response(status: int, message: str, headers: dict[str, str] | None = N
 
 
 def nesting_depth(body: bytes) -> int:
-    """How deep the arrays and objects of the JSON text ``body`` nest, counted without recursion (brackets in
-    strings left out); a body of fewer brackets than the limit is not scanned."""
+    """How deep the arrays and objects of the JSON text ``body`` nest (``nmt.bounded_read.json_depth``); a body of
+    fewer brackets than the limit is not scanned."""
     if body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:
         return 0
-    steps = _OPEN[np.frombuffer(_STRING.sub(b'""', body), dtype=np.uint8)]  # (n,) +1, -1 or 0 per byte
-    return int(np.cumsum(steps, dtype=np.int32).max(initial=0))  # int32: a body is at most 2 GB
+    return json_depth(body)
 
 
 def _no_constant(name: str) -> NoReturn:
