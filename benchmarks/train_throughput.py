@@ -51,10 +51,10 @@ def build_ours(data: Path, save_dir: Path, bf16: bool, layers: int = 3, dim: int
     """nmt's TrainingRun for the setting (model, criterion, optimizer, iterator: the real pieces)."""
     from omegaconf import OmegaConf
 
-    from nmt.allocator import keep_freed_memory
     from nmt.config.loader import resolve_config
     from nmt.config.model import arch_preset
     from nmt.config.train import TrainJob
+    from nmt.cpu_speed.memory import keep_freed_memory
     from nmt.plugin_loader import load_plugins
     from nmt.training import distributed
     from nmt.training.loop import TrainingRun

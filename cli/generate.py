@@ -105,7 +105,13 @@ def _generate(cfg: GenerateJob, workers: Any, wall: float) -> None:
     from nmt.data.text_pipeline import load_text_pipeline
     from nmt.generation.attention_plot import plot_cross_attention
     from nmt.generation.guards import check_lengths
-    from nmt.generation.inference import batch_sentences, source_batches, speed_line, split_location
+    from nmt.generation.inference import (
+        batch_sentences,
+        first_decoder_input,
+        source_batches,
+        speed_line,
+        split_location,
+    )
     from nmt.generation.loading import load_inference_models, make_translator
     from nmt.generation.output import corpus_scores, hypothesis_lines
 
@@ -137,7 +143,7 @@ def _generate(cfg: GenerateJob, workers: Any, wall: float) -> None:
             np.concatenate(plan.batches) if plan.batches else np.zeros(0, dtype=np.int64))
     else:
         results = search.translate_stream(source_batches(dataset, plan.batches), need_attn=need_attn, where=where)
-    plot_model = None
+    plot_model, plot_first = None, 0
     with _output(cfg) as out:
         for sid, hyps in results:
             sample = dataset[sid]
@@ -152,9 +158,10 @@ def _generate(cfg: GenerateJob, workers: Any, wall: float) -> None:
                     hyps_out[sid] = text
             if cfg.attention_plot and sid < cfg.attention_plot_sentences and hyps:
                 if plot_model is None:  # the searching models, or (--workers) the same loaded here
-                    plot_model = (load_inference_models(inf, data) if workers else search.ens).models[0]
+                    ens = load_inference_models(inf, data) if workers else search.ens
+                    plot_model, plot_first = ens.models[0], first_decoder_input(ens, data.tgt_dict)
                 plot_cross_attention(plot_model, sample["source"], hyps[0], data, cfg.attention_plot, sid,
-                                     cfg.attention_layer)
+                                     plot_first, cfg.attention_layer)
             if not inf.quiet:
                 out.write("\n".join(lines) + "\n")
         ids = sorted(hyps_out)

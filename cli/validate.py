@@ -97,6 +97,7 @@ def figures_line(subset: str, stats: dict[str, Any], path: str) -> str:
 
 def run(cfg: ValidateJob) -> None:
     from nmt.checkpoint.format import load_checkpoint
+    from nmt.cpu_speed import swap_layers
     from nmt.data.data_bin import open_data_dir
     from nmt.data.language_pair_dataset import load_language_pair
     from nmt.errors import UsageError
@@ -116,7 +117,7 @@ def run(cfg: ValidateJob) -> None:
     for path in checkpoint_paths(cfg.path):
         start = time.perf_counter()
         state = None if is_model_folder(path) else load_checkpoint(path)  # read once: weights and criterion
-        model = load_model(path, data.src_dict, data.tgt_dict, state)
+        model = swap_layers(load_model(path, data.src_dict, data.tgt_dict, state))  # bf16: products on bucketed rows
         criterion = checkpoint_criterion(path, state, data.tgt_dict.pad())
         for subset, dataset in datasets.items():
             stats = split_figures(model, criterion, dataset, cfg, subset)

@@ -201,10 +201,9 @@ class TranslationModel:
     def _attention(self, src: torch.Tensor, hyp: Any) -> torch.Tensor:
         """(layers, heads, T, S) encoder-decoder attention of ``hyp`` in the first model."""
         from nmt.generation.alignment import teacher_forced_attention
-        from nmt.generation.inference import decoder_start
+        from nmt.generation.inference import first_decoder_input
 
-        start = decoder_start(self.ens, self.data.tgt_dict)
-        first = self.data.tgt_dict.bos() if start is None else start
+        first = first_decoder_input(self.ens, self.data.tgt_dict)
         return teacher_forced_attention(self.ens.models[0], src, hyp.tokens, first)
 
     def translation(self, sentence: str, src: torch.Tensor, hyps: list[Any], *, alignment: bool = False,

@@ -6,7 +6,7 @@ core's base classes and register themselves with a decorator, e.g.::
     from nmt.registry import register_attention
 
     @register_attention("multiplicative", config=MultiplicativeConfig)
-    class MultiplicativeAttention(AttentionBase): ...
+    class MultiplicativeAttention(AttentionBase[MultiplicativeConfig]): ...
 
 Plugins are found in three places (see :func:`load_plugins`): the built-ins under
 ``nmt.plugins``, a user folder given with ``--user-dir``, and installed packages that
@@ -19,8 +19,9 @@ import dataclasses
 import difflib
 import importlib
 import inspect
+import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, ClassVar, Iterator, Protocol, TypeVar
 
 from nmt.errors import ConfigError
 from nmt.fields import to_dataclass
@@ -28,9 +29,40 @@ from nmt.fields import to_dataclass
 T = TypeVar("T")
 
 
+class PluginOptions(Protocol):
+    """What a plugin's options are: an instance of a dataclass (the ``config`` it registers with)."""
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+
+# The type parameter of every plugin base class (``class Search(Generic[OptionsT])``): a plugin names its options
+# dataclass there (``class SamplingSearch(PathSearch[SamplingConfig])``), so its ``self.cfg`` is typed. A base whose
+# plugins share options binds its own type variable to a dataclass of them (``nmt.training.criterion``).
+OptionsT = TypeVar("OptionsT", bound=PluginOptions)
+
+
 @dataclass
 class NoOptions:
     """The config of a plugin that declares no options of its own."""
+
+
+def declared_options(cls: type, base: type) -> type | None:
+    """The options class ``cls`` gives ``base`` (or a subclass of it) as its type argument: ``SamplingConfig`` for
+    ``class SamplingSearch(PathSearch[SamplingConfig])``; None when it gives none (``class X(Search)``)."""
+    for klass in cls.__mro__:
+        for parent in vars(klass).get("__orig_bases__", ()):
+            origin, args = typing.get_origin(parent), typing.get_args(parent)
+            if isinstance(origin, type) and issubclass(origin, base) and args and isinstance(args[0], type):
+                return args[0]
+    return None
+
+
+def shared_options(base: type) -> type | None:
+    """The dataclass every plugin's options of ``base`` must extend (the bound of its type parameter, when that is
+    a dataclass: ``nmt.training.criterion.CriterionOptions``), or None."""
+    parameters = getattr(base, "__parameters__", ())
+    bound = getattr(parameters[0], "__bound__", None) if parameters else None
+    return bound if isinstance(bound, type) and dataclasses.is_dataclass(bound) else None
 
 
 @dataclass(frozen=True)
@@ -65,8 +97,9 @@ class Registry:
 
     The one contract, for every kind: a plugin is a subclass of the kind's base class (``base``,
     "module:Class", imported only when a plugin of this kind registers), registered with its own
-    config dataclass, and made by :meth:`build` as ``cls(config_instance, *context)``, where the
-    context arguments are the kind's (docs/writing-plugins.md has the table)."""
+    config dataclass (the one it names as the base's type argument, when it does), and made by
+    :meth:`build` as ``cls(config_instance, *context)``, where the context arguments are the kind's
+    (docs/writing-plugins.md has the table)."""
 
     def __init__(self, kind: str, base: str, option: str | None = None):
         self.kind = kind
@@ -79,7 +112,8 @@ class Registry:
         return getattr(importlib.import_module(module), name)
 
     def register(self, name: str, config: type | None = None, help: str = "") -> Callable[[T], T]:
-        """Class decorator: ``@registry.register("name", config=ItsOptionsDataclass)``."""
+        """Class decorator: ``@registry.register("name", config=ItsOptionsDataclass)``; without ``config``, the
+        options class the plugin names as its base's type argument, else the base's shared options, else none."""
         if config is not None and not (isinstance(config, type) and dataclasses.is_dataclass(config)):
             raise TypeError(f"{self.kind} plugin {name!r}: config must be a dataclass class, got {config!r}")
 
@@ -89,6 +123,7 @@ class Registry:
             if not (isinstance(obj, type) and issubclass(obj, base)):
                 raise ConfigError(f'{self.kind} plugin "{name}" ({origin}) must be a subclass of '
                                   f'{base.__module__}.{base.__qualname__}; see docs/writing-plugins.md')
+            options = self._options_class(name, obj, base, config, origin)
             old = self._entries.get(name)
             if old is not None and old.origin != origin:
                 raise ConfigError(
@@ -96,10 +131,26 @@ class Registry:
                     "rename one of them"
                 )
             doc = help or (inspect.getdoc(obj) or "").split("\n")[0]
-            self._entries[name] = Entry(name, obj, config or NoOptions, origin, doc)
+            self._entries[name] = Entry(name, obj, options, origin, doc)
             return obj
 
         return decorator
+
+    def _options_class(self, name: str, cls: type, base: type, config: type | None, origin: str) -> type:
+        """The options dataclass plugin ``name`` is built with, checked against what its class declares."""
+        declared, shared = declared_options(cls, base), shared_options(base)
+        options = config or declared or shared or NoOptions
+        where = f'{self.kind} plugin "{name}" ({origin})'
+        if not dataclasses.is_dataclass(options):
+            raise ConfigError(f"{where}: its options {options.__qualname__} must be a dataclass")
+        if declared is not None and not issubclass(options, declared):
+            raise ConfigError(f"{where} declares its options as {declared.__qualname__} but registers "
+                              f"config={options.__qualname__}; name the same class in both places")
+        if shared is not None and not issubclass(options, shared):
+            raise ConfigError(f"{where}: its config {options.__qualname__} must extend {shared.__module__}."
+                              f"{shared.__qualname__}, the options every {self.kind} takes; "
+                              "see docs/writing-plugins.md")
+        return options
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

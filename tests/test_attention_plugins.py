@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from nmt.models.attention import AttentionBase, allowed_mask, softmax_attention
+from nmt.models.decoder_cache import DecoderCache
 from nmt.plugin_loader import load_plugins
 from nmt.registry import ATTENTION
 
@@ -93,9 +94,9 @@ def test_gradcheck_on_tiny_double_inputs(name, causal):
 def test_restricted_decoder_cache_keeps_only_the_window():
     attn = make("restricted", causal=True, window=3)
     x, _ = inputs(n=9)
-    state = {}
+    state = DecoderCache()
     steps = [attn(x[:, t:t + 1], incremental_state=state)[0] for t in range(9)]
-    assert state[attn.state_key]["k"].size(2) == 4  # r + 1 keys, O(r) memory while generating
+    assert state.self_attn[attn.state_key].k.size(2) == 4  # r + 1 keys, O(r) memory while generating
     assert torch.allclose(torch.cat(steps, 1), attn(x)[0], atol=1e-12)
 
 

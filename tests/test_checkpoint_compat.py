@@ -118,3 +118,20 @@ def test_an_old_spelling_names_the_new_one(tmp_path, capsys, argv, new):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("nmt-train: error:") and new in err[0], err
     assert not (tmp_path / "ck").exists()
+
+
+def test_a_model_config_without_decoder_start_starts_from_bos():
+    """model.decoder_start came after some checkpoints were written: a stored config without it gets its default
+    (<s>) when the model is built, so generation reads the field typed, with no default of its own."""
+    from nmt.data.dictionary import Dictionary
+    from nmt.generation.ensemble import EnsembleModel
+    from nmt.generation.inference import decoder_start
+    from nmt.generation.loading import load_model
+
+    state = load_checkpoint(CHECKPOINT)
+    for model_config in (state["model_config"], state["config"]["model"]):
+        del model_config["decoder_start"]
+    src, tgt = (Dictionary.load(FIXTURE / "data-bin" / f"dict.{lang}.txt") for lang in ("src", "tgt"))
+    model = load_model(str(CHECKPOINT), src, tgt, state=state)
+    assert model.cfg.decoder_start == "<s>"
+    assert decoder_start(EnsembleModel([model]), tgt) is None  # the dictionary's <s>

@@ -1,5 +1,5 @@
 """bf16 decoding with fp32 attention caches (AttentionBase.cache_dtype, set by
-nmt.generation.inference.fp32_attention_caches): the cache holds fp32 keys and values, a step attends in
+nmt.cpu_speed.apply.fp32_attention_caches): the cache holds fp32 keys and values, a step attends in
 fp32 and hands bf16 back to the output projection, and searches (reordered, merged, shared encoder rows)
 give exactly what a bf16 model gives whose attention upcasts its bf16 inputs itself."""
 
@@ -11,12 +11,13 @@ import torch
 import nmt.generation.search as search_module
 from fake_dictionary import FakeDict
 from nmt.config.generate import GenerationConfig
+from nmt.cpu_speed.apply import fp32_attention_caches
 from nmt.generation.ensemble import EnsembleModel
-from nmt.generation.inference import fp32_attention_caches
 from nmt.generation.loading import load_ensemble
 from nmt.generation.search import build_search
 from nmt.models import build_model
 from nmt.models.attention import AttentionBase
+from nmt.models.decoder_cache import CacheEntry, DecoderCache
 from nmt.plugin_loader import load_plugins
 from nmt.registry import ATTENTION
 from test_generate_setup import make_checkpoint, make_data_bin, split_batches
@@ -49,15 +50,15 @@ def bf16_model(seed: int = 0, **changes) -> torch.nn.Module:
     return build_model({**SHAPE, **changes}, FakeDict(50), FakeDict(50)).eval().to(torch.bfloat16)
 
 
-def decode_steps(model: torch.nn.Module, steps: int = 5) -> tuple[list[torch.Tensor], dict]:
-    """Logits of ``steps`` incremental decoder steps of 3 sentences, and the cache they leave."""
+def decode_steps(model: torch.nn.Module, steps: int = 5) -> tuple[list[torch.Tensor], dict[str, CacheEntry]]:
+    """Logits of ``steps`` incremental decoder steps of 3 sentences, and the cache entries they leave."""
     g = torch.Generator().manual_seed(3)
     src, prev = torch.randint(4, 50, (3, 7), generator=g), torch.randint(4, 50, (3, steps), generator=g)
-    state: dict = {}
+    state = DecoderCache()
     with torch.inference_mode():
         enc = model.encoder(src, torch.full((3,), 7))
         logits = [model.decoder(prev[:, :t + 1], enc, incremental_state=state)[0][:, -1] for t in range(steps)]
-    return logits, state
+    return logits, {**state.self_attn, **state.cross_attn}
 
 
 def test_a_step_attends_in_fp32_from_an_fp32_cache_and_returns_bf16(upcasting_attention):
@@ -67,10 +68,10 @@ def test_a_step_attends_in_fp32_from_an_fp32_cache_and_returns_bf16(upcasting_at
     assert all(m.cache_dtype == torch.float32 for m in model.modules() if isinstance(m, AttentionBase)
                and m.state_key in plain_state)  # the decoder's self- and cross-attention
     logits, state = decode_steps(model)
-    entries = [e for e in state.values() if "k" in e]
+    entries = list(state.values())
     assert len(entries) == 4  # 2 layers x (self, cross)
-    assert all(e["k"].dtype == e["v"].dtype == torch.float32 for e in entries)
-    assert all(e["k"].dtype == torch.bfloat16 for e in plain_state.values() if "k" in e)
+    assert all(e.k.dtype == e.v.dtype == torch.float32 for e in entries)
+    assert all(e.k.dtype == torch.bfloat16 for e in plain_state.values())
     for got, want in zip(logits, reference):
         assert got.dtype == torch.bfloat16
         assert torch.equal(got, want)
@@ -83,7 +84,7 @@ def test_attention_that_does_not_support_it_keeps_the_models_dtype():
     assert additive and all(m.cache_dtype is None for m in additive)
     logits, state = decode_steps(model)
     assert all(torch.isfinite(x.float()).all() for x in logits)
-    assert {e["k"].dtype for e in state.values() if "k" in e} == {torch.bfloat16, torch.float32}  # self, cross
+    assert {e.k.dtype for e in state.values()} == {torch.bfloat16, torch.float32}  # self, cross
 
 
 @pytest.fixture(scope="module")

@@ -120,6 +120,28 @@ def test_attention_plot(setup, capsys, tmp_path):
         f"sent{s}_layer1_head{h}.png" for s in range(2) for h in range(2)]
 
 
+def test_the_attention_plot_starts_from_the_models_decoder_start(setup, capsys, tmp_path, monkeypatch):
+    """A model whose decoder starts from </s> (fairseq-imported) is plotted from </s>, as it searched: a plot
+    forced from <s> would show attention the model never computed."""
+    from nmt.generation import attention_plot
+
+    pytest.importorskip("matplotlib")
+    folder, data_bin, _, _ = setup
+    ckpt = make_checkpoint(data_bin, tmp_path / "eos.pt", decoder_start="</s>")
+    firsts = []
+    real = attention_plot.teacher_forced_attention
+
+    def recording(model, src, tokens, first):
+        firsts.append(first)
+        return real(model, src, tokens, first)
+
+    monkeypatch.setattr(attention_plot, "teacher_forced_attention", recording)
+    code, _, err = generate(capsys, data_bin, "--path", ckpt, "--beam", "1", "--max-len-b", "3",
+                            "--attention-plot", tmp_path / "plots", "--attention-plot-sentences", "1", "--quiet")
+    assert code == 0, err
+    assert firsts == [2]  # </s> in every nmt dictionary (<s> is 0)
+
+
 def test_errors_are_one_line(setup, capsys):
     folder, data_bin, a, _ = setup
     code, _, err = generate(capsys, data_bin, "--path", folder / "missing.pt")
@@ -146,15 +168,24 @@ def test_skipping_the_encoder_side_cache_reorder_changes_nothing(setup):
     batch = ds.collater([ds[i] for i in range(len(ds))])["net_input"]
     search = build_search(GenerationConfig(beam=4, nbest=4, max_len_b=7), data.tgt_dict)
     fast = load_ensemble(str(a), data.src_dict, data.tgt_dict)
-    assert all(fast._static_keys)  # the real model's cross-attention slots were found
     slow = load_ensemble(str(a), data.src_dict, data.tgt_dict)
     assert fast.can_share_encoder
-    slow._static_keys = [set() for _ in slow.models]
+    kept = []  # per reorder of the fast search: whether it left the (present) cross-attention entries alone
+    fast_reorder, slow_reorder = fast.reorder_states, slow.reorder_states
+
+    def recording(states, order, **kwargs):
+        kept.append(bool(kwargs.get("keep_encoder")) and all(s.cross_attn for s in states))
+        return fast_reorder(states, order, **kwargs)
+
+    fast.reorder_states = recording
+    # every entry of the slow one's caches, the cross-attention ones too, follows the beams' parents
+    slow.reorder_states = lambda states, order, drop_left=0, **_: slow_reorder(states, order, drop_left=drop_left)
     slow.can_share_encoder = False
     for hf, hs in zip(search.search(fast, batch["src_tokens"], batch["src_lengths"]),
                       search.search(slow, batch["src_tokens"], batch["src_lengths"])):
         assert [h.tokens.tolist() for h in hf] == [h.tokens.tolist() for h in hs]
         assert [h.score for h in hf] == pytest.approx([h.score for h in hs], abs=1e-5)
+    assert any(kept)  # the real model's cross-attention entries were found and left alone
 
 
 def test_bf16_runs(setup, capsys):

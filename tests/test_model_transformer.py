@@ -9,7 +9,7 @@ import torch
 from fake_dictionary import PAD, FakeDict
 from nmt.errors import ConfigError, DataError
 from nmt.models import build_model
-from nmt.models.incremental_state import new_incremental_state
+from nmt.models.decoder_cache import DecoderCache
 from nmt.plugin_loader import load_plugins
 
 load_plugins()
@@ -38,7 +38,7 @@ def tokens(b, n, vocab, seed):
 
 def decode_stepwise(model, src, prev):
     enc = model.encoder(src)
-    state = new_incremental_state()
+    state = DecoderCache()
     steps = [model.decoder(prev[:, : t + 1], enc, incremental_state=state) for t in range(prev.size(1))]
     return torch.cat(steps, dim=1)  # (B, T, V)
 
@@ -108,7 +108,7 @@ def assert_reordered_cache_continues(model) -> None:
     order = torch.tensor([2, 2, 0])
     with torch.no_grad():
         enc = model.encoder(src)
-        state = new_incremental_state()
+        state = DecoderCache()
         for t in range(3):
             model.decoder(prev[:, : t + 1], enc, incremental_state=state)
         model.reorder_incremental_state(state, order)

@@ -171,31 +171,3 @@ def test_byte_ranges_and_small_blocks_see_every_line_once(tmp_path, monkeypatch,
     seen = [ln for a, b in ranges for block in corpus_files.iter_text_blocks(path, a, b, "f.txt") for ln in block]
     assert seen == [ln.rstrip("\r") for ln in lines]
     assert corpus_files.count_lines(path) == len(lines)
-
-
-def test_fast_bpe_learning_gives_subword_nmts_exact_codes(tmp_path):
-    """The C argmax patched into subword-nmt's learner must pick the same merge every time,
-    ties included (many equal counts here)."""
-    import contextlib
-    import io
-    import random
-
-    from subword_nmt.learn_bpe import learn_bpe
-
-    from nmt.plugin_loader import load_plugins
-
-    load_plugins(None, ("bpe",))
-    from nmt.plugins.bpe.subword_nmt import SubwordNmtBPE, SubwordNmtConfig
-
-    rng = random.Random(0)
-    counts = {"".join(rng.choice("abcdeé") for _ in range(rng.randint(2, 9))): rng.randint(1, 4)
-              for _ in range(3000)}
-    SubwordNmtBPE.learn(SubwordNmtConfig(bpe_merges=400), counts, tmp_path / "fast.codes")
-    plain = io.StringIO()
-    with contextlib.redirect_stderr(io.StringIO()):
-        learn_bpe(io.StringIO("".join(f"{w} {c}\n" for w, c in sorted(counts.items()))), plain, 400,
-                  min_frequency=2, is_dict=True)
-    assert (tmp_path / "fast.codes").read_text(encoding="utf-8") == plain.getvalue()
-    import subword_nmt.learn_bpe as module
-
-    assert not hasattr(module, "max")  # the patch is undone

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import nmt.training.criterion as criterion_module
+from nmt.cpu_speed.linear import linear
 from nmt.models.build import build_model
-from nmt.models.row_buckets import linear
 from nmt.plugin_loader import load_plugins
 from nmt.training.criterion import build_criterion, label_smoothed_nll_loss, projected_label_smoothed_nll_loss
 

@@ -1,12 +1,13 @@
 """The plugin registry: duplicate names, unknown names, the base class, building with a config dataclass."""
 
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import pytest
 
 from nmt.errors import ConfigError
 from nmt.fields import opt, to_dataclass
-from nmt.registry import NoOptions, Registry, did_you_mean
+from nmt.registry import NoOptions, PluginOptions, Registry, did_you_mean
 
 
 class Widget:
@@ -120,3 +121,103 @@ def test_plugins_written_against_nmt_config_fields_keep_working():
               and getattr(getattr(nmt.fields, name), "__module__", "") == "nmt.fields"]
     assert "opt" in public and "plugin_group" in public
     assert all(getattr(old_place, name) is getattr(nmt.fields, name) for name in public)
+
+
+OptionsT = TypeVar("OptionsT", bound=PluginOptions)
+
+
+class TypedWidget(Generic[OptionsT]):
+    """A base class generic over its plugins' options, as nmt's are (``Search[SamplingConfig]``)."""
+
+    def __init__(self, cfg: OptionsT):
+        self.cfg = cfg
+
+
+@dataclass
+class SharedOptions:
+    """Options every plugin of a kind takes (as ``nmt.training.criterion.CriterionOptions``)."""
+
+    loud: bool = opt(False, "Shout.")
+
+
+SharedT = TypeVar("SharedT", bound=SharedOptions)
+
+
+class SharingWidget(Generic[SharedT]):
+    def __init__(self, cfg: SharedT):
+        self.cfg = cfg
+
+
+@dataclass
+class BigWidgetConfig(WidgetConfig):
+    big: bool = opt(True, "Big.")
+
+
+def test_a_plugin_declares_its_options_as_its_base_classs_type_argument():
+    """``class Sized(TypedWidget[WidgetConfig])`` types ``self.cfg`` for mypy; the registry builds it with that
+    class when ``config=`` is left out, and refuses a ``config=`` that does not agree with it."""
+    reg = Registry("widget", f"{__name__}:TypedWidget")
+
+    @reg.register("sized")
+    class Sized(TypedWidget[WidgetConfig]):
+        pass
+
+    assert reg.config_class("sized") is WidgetConfig and reg.build("sized", {"size": 5}).cfg == WidgetConfig(size=5)
+    reg.register("bigger", config=BigWidgetConfig)(type("Bigger", (Sized,), {}))  # a subclass of the options: fine
+    assert reg.config_class("bigger") is BigWidgetConfig
+    reg.register("plain")(type("Plain", (TypedWidget,), {}))  # no type argument: no options, as before
+    assert reg.config_class("plain") is NoOptions
+    with pytest.raises(ConfigError) as e:
+        @reg.register("confused", config=NoOptions)
+        class Confused(TypedWidget[WidgetConfig]):
+            pass
+
+    assert "declares its options as WidgetConfig but registers config=NoOptions" in str(e.value)
+    assert "confused" not in reg
+
+
+def test_a_kind_whose_plugins_share_options_refuses_a_config_without_them():
+    reg = Registry("widget", f"{__name__}:SharingWidget")
+    reg.register("bare")(type("Bare", (SharingWidget,), {}))  # no config: the shared options
+    assert reg.build("bare", {"loud": True}).cfg == SharedOptions(loud=True)
+    with pytest.raises(ConfigError) as e:
+        reg.register("own", config=WidgetConfig)(type("Own", (SharingWidget,), {}))
+    assert "its config WidgetConfig must extend test_registry.SharedOptions, the options every widget takes" in str(
+        e.value)
+
+
+def test_a_users_criterion_gets_the_options_every_criterion_takes(monkeypatch):
+    """Criterion reads sentence_avg and project_all_positions from its typed options: a criterion registered without
+    a config gets them, one with a config of its own must extend CriterionOptions."""
+    from nmt.plugin_loader import load_plugins
+    from nmt.registry import CRITERION
+    from nmt.training.criterion import Criterion, CriterionOptions
+
+    load_plugins(None, ("criteria",))
+    monkeypatch.setattr(CRITERION, "_entries", dict(CRITERION._entries))  # the test's plugin leaves with the test
+    register = CRITERION.register("test_registry_plain_ce")
+    register(type("PlainCE", (Criterion,), {"__module__": __name__}))
+    built = CRITERION.build("test_registry_plain_ce", {"sentence_avg": True}, 1)
+    assert isinstance(built.cfg, CriterionOptions) and built.sentence_avg and built.project_non_pad
+    with pytest.raises(ConfigError, match="must extend nmt.training.criterion.CriterionOptions"):
+        CRITERION.register("test_registry_own_ce", config=WidgetConfig)(type("OwnCE", (Criterion,), {}))
+
+
+def test_every_built_in_plugin_names_its_options_type():
+    """So that its ``self.cfg`` is typed: every built-in of a kind whose base class is generic gives the base its
+    options class, the one it is built with (optimizers subclass torch.optim.Optimizer, which is not generic)."""
+    from nmt.plugin_loader import load_plugins
+    from nmt.registry import REGISTRIES, declared_options
+
+    load_plugins()
+    checked = 0
+    for registry in REGISTRIES.values():
+        base = registry.base_class()
+        if not getattr(base, "__parameters__", ()):
+            continue
+        for name in registry:
+            entry = registry.entry(name)
+            if entry.obj.__module__.startswith("nmt.plugins."):
+                assert declared_options(entry.obj, base) is entry.config, (registry.kind, name)
+                checked += 1
+    assert checked >= 20

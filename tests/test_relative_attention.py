@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from fake_dictionary import PAD, FakeDict
+from nmt.cpu_speed import swap_layers
 from nmt.errors import ConfigError
 from nmt.models import build_model
-from nmt.models.dropout import dropout
-from nmt.models.incremental_state import merge_incremental_states, new_incremental_state
+from nmt.models.decoder_cache import DecoderCache
 from nmt.plugin_loader import load_plugins
 from nmt.registry import ATTENTION
 from test_attention_plugins import inputs
@@ -104,12 +104,16 @@ def test_gradients_match_finite_differences():
     assert torch.autograd.gradcheck(lambda inp, *_: attn(inp)[0], (x, *params))
 
 
-def test_dropout_drops_the_same_weights_in_both_value_terms():
+@pytest.mark.parametrize("cpu_forms", [False, True])
+def test_dropout_drops_the_same_weights_in_both_value_terms(cpu_forms):
     """v = 1 and a^V = 1 for distances >= 1 only: z_i = sum_j alpha_ij + sum_{j > i} alpha_ij holds
-    only if the value term and the relative-value term use the same dropped weights alpha."""
+    only if the value term and the relative-value term use the same dropped weights alpha (torch's dropout, or
+    the lane mask of nmt.cpu_speed)."""
     torch.manual_seed(0)
     attn = ATTENTION.build("relative", {"max_relative_position": 1}, 4, 1, self_attention=True, causal=False,
                            dropout=0.5).double().train()
+    if cpu_forms:
+        swap_layers(attn)
     q, k = torch.randn(2, 1, 1, 6, 4, dtype=torch.double).unbind(0)
     with torch.no_grad():
         attn.relative_values.zero_()
@@ -118,7 +122,7 @@ def test_dropout_drops_the_same_weights_in_both_value_terms():
     out, weights = attn.attend(q, k, torch.ones_like(k), None, False, need_weights=True)
     # the same dropout mask again, from the same seed
     torch.manual_seed(5)
-    dropped = dropout(weights, 0.5, training=True)  # (1, 1, 6, 6)
+    dropped = attn.attention_dropout(weights)  # (1, 1, 6, 6)
     right = torch.ones(6, 6, dtype=torch.bool).triu(1)
     expected = dropped.sum(-1) + (dropped * right).sum(-1)  # (1, 1, 6)
     assert torch.allclose(out, expected[..., None].expand_as(out), atol=1e-12)
@@ -179,7 +183,7 @@ def test_cached_decoding_equals_the_full_pass(length):
     src[1, 6:] = PAD
     with torch.no_grad():
         full = model(src, None, prev)
-        cached = decode(model, model.encoder(src), prev, new_incremental_state(), range(length))
+        cached = decode(model, model.encoder(src), prev, DecoderCache(), range(length))
     assert (full - cached).abs().max().item() < 1e-10
 
 
@@ -188,7 +192,7 @@ def test_reordered_cache_continues_like_the_reordered_batch():
     src, prev = tokens(3, 6, 24, 10), tokens(3, 8, 32, 11)
     order = torch.tensor([2, 2, 0])
     with torch.no_grad():
-        enc, state = model.encoder(src), new_incremental_state()
+        enc, state = model.encoder(src), DecoderCache()
         decode(model, enc, prev, state, range(5))
         model.reorder_incremental_state(state, order)
         reordered = prev.index_select(0, order)
@@ -205,12 +209,12 @@ def test_merged_left_padded_rows_keep_their_own_distances():
     src_b, prev_b = tokens(1, 5, 24, 22), tokens(1, 5, 32, 23)
     with torch.no_grad():
         full_a, full_b = model(src_a, None, prev_a), model(src_b, None, prev_b)
-        enc_a, state_a = model.encoder(src_a), new_incremental_state()
+        enc_a, state_a = model.encoder(src_a), DecoderCache()
         first_a = decode(model, enc_a, prev_a, state_a, range(5))
-        enc_b, state_b = model.encoder(src_b), new_incremental_state()
+        enc_b, state_b = model.encoder(src_b), DecoderCache()
         first_b = decode(model, enc_b, prev_b, state_b, range(1))
         enc = model.merge_encoder_out(enc_a, enc_b)
-        state = merge_incremental_states(state_a, state_b)  # b: 4 leading positions not its own
+        state = state_a.merge(state_b)  # b: 4 leading positions not its own
         late = 5 - 1
         merged_prev = torch.cat([prev_a, torch.cat([prev_b.new_full((1, late), PAD), prev_b], 1)[:, :9]])
         steps = decode(model, enc, merged_prev, state, range(5, 8))  # (3, 3, V)

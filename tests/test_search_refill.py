@@ -11,12 +11,12 @@ import pytest
 import torch
 
 import nmt.generation.search as search_module
-from nmt.allocator import KERNEL_CACHE_CAPACITY, keep_built_kernels, keep_freed_memory
 from nmt.config.generate import GenerationConfig
+from nmt.cpu_speed.memory import KERNEL_CACHE_CAPACITY, keep_built_kernels, keep_freed_memory
 from nmt.generation.ensemble import EnsembleModel
 from nmt.generation.loading import load_ensemble
 from nmt.generation.search import build_search
-from nmt.models import incremental_state
+from nmt.models import decoder_cache
 from nmt.models.attention import AttentionBase
 from nmt.registry import NoOptions
 from test_generate_setup import make_checkpoint, make_data_bin, split_batches
@@ -81,8 +81,8 @@ def test_greedy_with_refill_attending_in_windows_equals_batch_by_batch(setup, mo
     ens = load_ensemble(paths[0], data.src_dict, data.tgt_dict)
     search = build_search(GenerationConfig(beam=1, max_len_a=1.5, max_len_b=3), data.tgt_dict)
     alone, _ = run(search, ens, batches, refill=False, monkeypatch=monkeypatch)
-    monkeypatch.setattr(incremental_state, "WINDOW_MIN_SKIPPED", 0)
-    monkeypatch.setattr(incremental_state, "WINDOW_MIN_SHARE", 0.0)
+    monkeypatch.setattr(decoder_cache, "WINDOW_MIN_SKIPPED", 0)
+    monkeypatch.setattr(decoder_cache, "WINDOW_MIN_SHARE", 0.0)
     windows = []
     original = AttentionBase._attend_in_window
 

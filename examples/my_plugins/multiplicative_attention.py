@@ -21,7 +21,7 @@ class MultiplicativeConfig:
 
 
 @register_attention("multiplicative", config=MultiplicativeConfig)
-class MultiplicativeAttention(AttentionBase):
+class MultiplicativeAttention(AttentionBase[MultiplicativeConfig]):
     """score(q, k) = q^T W k with a trained W per head."""
 
     def __init__(self, cfg: MultiplicativeConfig, embed_dim, num_heads, **kwargs):
@@ -36,5 +36,5 @@ class MultiplicativeAttention(AttentionBase):
         # q (B, H, T, D); k, v (B, H, S, D); key_padding_mask (B, S) True at pads, or None
         scores = (q @ self.bilinear) @ k.transpose(-2, -1) / self.head_dim ** 0.5  # (B, H, T, S)
         mask = allowed_mask(q.size(2), k.size(2), key_padding_mask, causal, q.device)
-        out, weights = softmax_attention(scores, v, mask, self.dropout, self.training)  # (B, H, T, D)
+        out, weights = softmax_attention(scores, v, mask, self.attention_dropout)  # (B, H, T, D)
         return out, (weights if need_weights else None)

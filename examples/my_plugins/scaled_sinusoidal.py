@@ -9,11 +9,11 @@ from torch import nn
 
 from nmt.models.positional import PositionalBase
 from nmt.plugins.positional.sinusoidal import sinusoid_table
-from nmt.registry import register_positional
+from nmt.registry import NoOptions, register_positional
 
 
 @register_positional("scaled_sinusoidal")
-class ScaledSinusoidalPositional(PositionalBase):
+class ScaledSinusoidalPositional(PositionalBase[NoOptions]):
     """Sinusoids (any length) multiplied by a trained scale that starts at 1."""
 
     def __init__(self, cfg, embed_dim, max_positions, option="--max-source-positions"):

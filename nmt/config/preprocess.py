@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from nmt.config.common import CommonConfig
 from nmt.fields import opt, plugin_group
@@ -43,8 +43,9 @@ class PreprocessConfig:
     nwordstgt: int = opt(-1, "Keep at most this many target symbols, the 4 specials included (-1: all).",
                          low=-1, group=G_DICT)
 
-    tokenizer: Any = plugin_group("tokenizer", "space", "Tokenizer applied to the raw text.", group=G_TEXT)
-    bpe: Any = plugin_group("bpe", "none", "Subword model, learned on the training split only.", group=G_TEXT)
+    tokenizer: Dict[str, Any] = plugin_group("tokenizer", "space", "Tokenizer applied to the raw text.", group=G_TEXT)
+    bpe: Dict[str, Any] = plugin_group("bpe", "none", "Subword model, learned on the training split only.",
+                                       group=G_TEXT)
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from nmt.data.dictionary import Dictionary
 from nmt.errors import UsageError
 
 
@@ -17,8 +17,8 @@ class DataDir:
     path: Path
     src: str
     tgt: str
-    src_dict: Any
-    tgt_dict: Any
+    src_dict: Dictionary
+    tgt_dict: Dictionary
 
 
 def open_data_dir(data: str | None, source_lang: str | None, target_lang: str | None) -> DataDir:
@@ -27,7 +27,6 @@ def open_data_dir(data: str | None, source_lang: str | None, target_lang: str | 
     validation splits are too (fairseq's convention)."""
     from nmt.data.data_dir import resolve_langs
     from nmt.data.data_shards import data_shards
-    from nmt.data.dictionary import Dictionary
     from nmt.data.shard_checks import check_same_dictionaries
 
     shards = data_shards(data) if data else [data]

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from nmt.config.preprocess import PreprocessConfig, PreprocessJob
 from nmt.data.binarizer import FileStats, PassRunner, binarize, text_pass
@@ -35,11 +35,11 @@ from nmt.data.data_shards import deal_lines, shard_folder_name
 from nmt.data.dictionary import Dictionary
 from nmt.data.indexed_dataset import FORMAT_VERSION
 from nmt.data.metadata import read_metadata
-from nmt.data.text_pipeline import codes_file_name, plugin_options
+from nmt.data.text_pipeline import BPE, Tokenizer, codes_file_name, plugin_options
 from nmt.data.work_dirs import clean_leftovers
 from nmt.errors import DataError, UsageError
 from nmt.fileio import atomic_write_text
-from nmt.registry import BPE, TOKENIZER
+from nmt.registry import BPE as BPE_REGISTRY, TOKENIZER
 from nmt.signals import sigterm_as_interrupt
 
 METADATA_VERSION = 1
@@ -83,7 +83,7 @@ def _check_options(cfg: PreprocessConfig) -> None:
         raise UsageError("nothing to do: give --trainpref (and usually --validpref/--testpref)")
     if not cfg.trainpref and not (cfg.srcdict and (cfg.tgtdict or cfg.joined_dictionary)):
         raise UsageError("without --trainpref, give --srcdict and --tgtdict (or --joined-dictionary --srcdict)")
-    if not cfg.trainpref and not BPE.get(cfg.bpe["name"]).identity:
+    if not cfg.trainpref and not BPE_REGISTRY.get(cfg.bpe["name"]).identity:
         raise UsageError(f"--bpe {cfg.bpe['name']} is learned on the training split: give --trainpref")
     if cfg.joined_dictionary and cfg.tgtdict:
         raise UsageError("--joined-dictionary uses --srcdict for both languages; drop --tgtdict")
@@ -109,7 +109,7 @@ def run_preprocess(job: PreprocessJob) -> dict[str, Any]:
     cfg, user_dir = job.preprocess, job.common.user_dir
     started = time.perf_counter()
     _check_options(cfg)
-    tokenizer_cls, bpe_cls = TOKENIZER.get(cfg.tokenizer["name"]), BPE.get(cfg.bpe["name"])
+    tokenizer_cls, bpe_cls = TOKENIZER.get(cfg.tokenizer["name"]), BPE_REGISTRY.get(cfg.bpe["name"])
     splits = _splits(cfg)
     destdir = resolve_destdir(cfg.destdir)
     options = {k: v for k, v in asdict(cfg).items() if k not in ("workers", "overwrite", "destdir")}
@@ -136,7 +136,7 @@ def run_preprocess(job: PreprocessJob) -> dict[str, Any]:
 
 
 def _build_in_place(destdir: Path, state: str, cfg: PreprocessConfig, user_dir: str | None, splits: list[Split],
-                    tokenizer_cls: Any, bpe_cls: Any, fingerprint: str
+                    tokenizer_cls: type[Tokenizer[Any]], bpe_cls: type[BPE[Any]], fingerprint: str
                     ) -> tuple[list[dict[str, Any]], list[str], dict[str, float]]:
     """Build the data-bin in a temp folder beside ``destdir`` and put it in place. On any failure or
     interruption the temp folder and the parent folders made for it are removed: all is as it was.
@@ -184,7 +184,7 @@ class _Run:
 
 
 def _run_in(out: Path, work: Path, cfg: PreprocessConfig, user_dir: str | None, splits: list[Split],
-            runner: PassRunner, tokenizer_cls: Any, bpe_cls: Any, fingerprint: str,
+            runner: PassRunner, tokenizer_cls: type[Tokenizer[Any]], bpe_cls: type[BPE[Any]], fingerprint: str,
             laps: "Laps") -> list[dict[str, Any]]:
     """Write the data-bin (or every shard of it) into ``out``; returns each one's metadata."""
     shards = [out] if cfg.num_shards == 1 else [out / shard_folder_name(k) for k in range(cfg.num_shards)]
@@ -251,7 +251,7 @@ def _check_inputs(run: _Run) -> None:
     run.laps.lap("check inputs")
 
 
-def _text_pass_all(run: _Run, step_for: Any, tag: str, train_counts: dict[str, Counter]) -> None:
+def _text_pass_all(run: _Run, step_for: Callable[[str], tuple], tag: str, train_counts: dict[str, Counter]) -> None:
     """Apply one text step to every split; count the training text it produces."""
     for s in run.splits:
         for lang in run.langs:
@@ -263,7 +263,8 @@ def _text_pass_all(run: _Run, step_for: Any, tag: str, train_counts: dict[str, C
                 train_counts[lang] = stats.counts
 
 
-def _text_passes(run: _Run, tokenizer_cls: Any, bpe_cls: Any) -> tuple[dict[str, Counter], dict[str, str]]:
+def _text_passes(run: _Run, tokenizer_cls: type[Tokenizer[Any]], bpe_cls: type[BPE[Any]]
+                 ) -> tuple[dict[str, Counter], dict[str, str]]:
     """Tokenize, learn BPE on the training text, apply it. Returns the token counts of the final
     training text (for the dictionaries) and the codes file of each language."""
     cfg, out = run.cfg, run.out
@@ -275,7 +276,7 @@ def _text_passes(run: _Run, tokenizer_cls: Any, bpe_cls: Any) -> tuple[dict[str,
     if not bpe_cls.identity:
         if not train_counts:  # no tokenizer pass has read (and checked) the training text yet
             _count_train(run, train_counts)
-        bpe_cfg = BPE.options(cfg.bpe["name"], plugin_options(cfg.bpe))
+        bpe_cfg = BPE_REGISTRY.options(cfg.bpe["name"], plugin_options(cfg.bpe))
         # joint codes learned on both languages with --joined-dictionary, else one file per language
         codes = {lang: codes_file_name(None if cfg.joined_dictionary else lang, bpe_cls.codes_file)
                  for lang in run.langs}

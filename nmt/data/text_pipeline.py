@@ -9,21 +9,23 @@ codes in the data folder, so :func:`load_text_pipeline` rebuilds the very same p
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic
 
 from nmt.bounded_read import regular_file
 from nmt.data.metadata import METADATA_FILE, read_metadata
 from nmt.errors import ConfigError, DataError
+from nmt.registry import OptionsT
 
 TEXT_PLUGIN_KINDS = ("tokenizers", "bpe")  # the built-in plugin folders text processing needs
 
 
-class Tokenizer:
-    """Splits raw text into space-separated tokens (``encode``) and joins them back (``decode``)."""
+class Tokenizer(Generic[OptionsT]):
+    """Splits raw text into space-separated tokens (``encode``) and joins them back (``decode``); ``cfg`` is the
+    tokenizer's own options (the type argument: ``Tokenizer[MosesConfig]``)."""
 
     identity = False  # True when encode() only normalises whitespace: preprocess then skips the pass
 
-    def __init__(self, cfg: Any, lang: str):
+    def __init__(self, cfg: OptionsT, lang: str):
         self.cfg = cfg
         self.lang = lang
 
@@ -34,25 +36,26 @@ class Tokenizer:
         raise NotImplementedError
 
 
-class BPE:
+class BPE(Generic[OptionsT]):
     """Splits tokens into subwords. ``learn`` writes the model (codes) to a file from word counts (or
-    ``learn_from_text`` from the training text itself); an instance applies the codes read from that file."""
+    ``learn_from_text`` from the training text itself); an instance applies the codes read from that file.
+    ``cfg`` is the BPE's own options (the type argument: ``BPE[SubwordNmtConfig]``)."""
 
     identity = False  # True for "no subwords": no codes are learned or stored
     codes_file = "bpe.codes"  # the codes' file name in a data-bin (".LANG" added when each language has its own)
     learns_from_text = False  # True: nmt-preprocess calls learn_from_text, not learn (sentence-level learners)
 
-    def __init__(self, cfg: Any, codes_path: Path | None):
+    def __init__(self, cfg: OptionsT, codes_path: Path | None):
         self.cfg = cfg
         self.codes_path = codes_path
 
     @classmethod
-    def learn(cls, cfg: Any, word_counts: dict[str, int], codes_path: Path) -> None:
+    def learn(cls, cfg: OptionsT, word_counts: dict[str, int], codes_path: Path) -> None:
         """Learn the subword model from ``{token: count}`` of the training text; write ``codes_path``."""
         raise NotImplementedError
 
     @classmethod
-    def learn_from_text(cls, cfg: Any, text_files: list[Path], codes_path: Path) -> None:
+    def learn_from_text(cls, cfg: OptionsT, text_files: list[Path], codes_path: Path) -> None:
         """Learn the subword model from the training text (the tokenizer's output, one sentence per line,
         UTF-8 already checked; several files for joint codes); write ``codes_path``. For learners whose
         model depends on whole sentences (sampling them, or pieces across tokens), not only word counts."""
@@ -68,7 +71,7 @@ class BPE:
 class TextPipeline:
     """tokenizer then BPE; ``decode`` undoes them in the reverse order."""
 
-    def __init__(self, tokenizer: Tokenizer, bpe: BPE):
+    def __init__(self, tokenizer: Tokenizer[Any], bpe: BPE[Any]):
         self.tokenizer = tokenizer
         self.bpe = bpe
 
@@ -96,19 +99,19 @@ def plugin_options(spec: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in spec.items() if k != "codes"}
 
 
-def build_tokenizer(spec: dict[str, Any], lang: str) -> Tokenizer:
+def build_tokenizer(spec: dict[str, Any], lang: str) -> Tokenizer[Any]:
     """Tokenizer plugin ``spec["name"]`` with its options from ``spec``, for language ``lang``."""
     from nmt.registry import TOKENIZER
 
-    tokenizer: Tokenizer = TOKENIZER.build(spec["name"], plugin_options(spec), lang)
+    tokenizer: Tokenizer[Any] = TOKENIZER.build(spec["name"], plugin_options(spec), lang)
     return tokenizer
 
 
-def build_bpe(spec: dict[str, Any], codes_path: Path | None) -> BPE:
+def build_bpe(spec: dict[str, Any], codes_path: Path | None) -> BPE[Any]:
     """BPE plugin ``spec["name"]`` with its options, applying the codes in ``codes_path``."""
     from nmt.registry import BPE as BPE_REGISTRY
 
-    bpe: BPE = BPE_REGISTRY.build(spec["name"], plugin_options(spec), codes_path)
+    bpe: BPE[Any] = BPE_REGISTRY.build(spec["name"], plugin_options(spec), codes_path)
     return bpe
 
 

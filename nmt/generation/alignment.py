@@ -3,12 +3,21 @@ taken from it (``--print-alignment``, ``--plot-attention``, the API's alignments
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Optional, Protocol
 
 import torch
 
 
-def teacher_forced_attention(model: Any, src_tokens: torch.Tensor, tokens: torch.Tensor, first: int) -> torch.Tensor:
+class AttentionModel(Protocol):
+    """A model that gives every layer's attention weights of a teacher-forced pass
+    (``nmt.models.transformer.TransformerModel.attention_weights``)."""
+
+    def attention_weights(self, src_tokens: torch.Tensor, src_lengths: Optional[torch.Tensor],
+                          prev_output_tokens: torch.Tensor) -> dict[str, list[torch.Tensor]]: ...
+
+
+def teacher_forced_attention(model: AttentionModel, src_tokens: torch.Tensor, tokens: torch.Tensor, first: int
+                             ) -> torch.Tensor:
     """(layers, heads, T, S) encoder-decoder attention of one translation: ``tokens`` (T,) fed back to the model
     after the decoder's ``first`` symbol, over ``src_tokens`` (S,), in one teacher-forced pass (the search never
     has to keep every head of every layer)."""

@@ -12,8 +12,10 @@ from typing import Any
 
 import torch
 
+from nmt.data.data_bin import DataDir
 from nmt.errors import UsageError
 from nmt.fileio import atomic_write
+from nmt.generation.alignment import AttentionModel, teacher_forced_attention
 from nmt.generation.search import Hypothesis
 
 
@@ -29,15 +31,14 @@ def _pyplot() -> Any:
     return plt
 
 
-def plot_cross_attention(model: Any, src_tokens: torch.Tensor, hyp: Hypothesis, data: Any, folder: str,
-                         sid: int, layer: int = -1) -> list[Path]:
+def plot_cross_attention(model: AttentionModel, src_tokens: torch.Tensor, hyp: Hypothesis, data: DataDir, folder: str,
+                         sid: int, first: int, layer: int = -1) -> list[Path]:
     """Save ``folder/sent{sid}_layer{L}_head{h}.png`` for every head of decoder layer ``layer``.
 
-    ``src_tokens`` (S,) is the unpadded source (eos included); ``data`` has src_dict/tgt_dict."""
-    from nmt.generation.alignment import teacher_forced_attention
-
+    ``src_tokens`` (S,) is the unpadded source (eos included); ``data`` gives the dictionaries; ``first`` is the
+    decoder's first input (``nmt.generation.inference.first_decoder_input``: </s> for fairseq-imported models)."""
     plt = _pyplot()
-    weights = teacher_forced_attention(model, src_tokens, hyp.tokens, data.tgt_dict.bos())  # (L, H, T, S)
+    weights = teacher_forced_attention(model, src_tokens, hyp.tokens, first)  # (L, H, T, S)
     if not -len(weights) <= layer < len(weights):
         raise UsageError(f"--attention-layer {layer}: the decoder has {len(weights)} layers (use 0..{len(weights) - 1}"
                          " or -1 for the last)")

@@ -13,8 +13,9 @@ from typing import Any, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
+from nmt.models.decoder_cache import DecoderCache
+
 DEFAULT_MAX_POSITIONS = 1024
-RECOMPILE_LIMIT = 64  # --compile: compiled variants of the decoder step kept at most (see compile_decoders)
 
 
 def _split_decoder_output(out: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -34,11 +35,11 @@ def _split_decoder_output(out: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 
 def _can_merge(model: torch.nn.Module) -> bool:
-    """Whether rows of this model's caches can be merged (``merge_encoder_out`` exists and every
-    self-attention keeps the default growing cache, which nmt.models.incremental_state can align)."""
+    """Whether rows of this model's caches can be merged (``merge_encoder_out`` exists, its cache is a
+    DecoderCache and every self-attention keeps the default growing cache, which DecoderCache.merge can align)."""
     from nmt.models.attention import AttentionBase
 
-    if not callable(getattr(model, "merge_encoder_out", None)):
+    if not all(callable(getattr(model, name, None)) for name in ("merge_encoder_out", "new_incremental_state")):
         return False
     own = [m for m in model.modules() if isinstance(m, AttentionBase) and m.self_attention]
     return all(type(m).cache_append is AttentionBase.cache_append for m in own)
@@ -53,13 +54,6 @@ def _can_share_encoder(model: torch.nn.Module) -> bool:
     return bool(cross) and all(isinstance(m, AttentionBase) and m.independent_queries for m in cross)
 
 
-def _static_cache_keys(model: torch.nn.Module) -> set[str]:
-    """Cache slots of encoder-decoder attention modules: they hold the projected encoder output,
-    which never changes while decoding (nmt.models.attention.AttentionBase's ``state_key``)."""
-    keys = (getattr(m, "state_key", None) for m in model.modules() if getattr(m, "self_attention", True) is False)
-    return {key for key in keys if isinstance(key, str)}
-
-
 class EnsembleModel:
     """The models a search decodes with, their encoder outputs and caches."""
 
@@ -71,7 +65,6 @@ class EnsembleModel:
         self.models: list[Any] = list(models)
         for m in self.models:
             m.eval()
-        self._static_keys = [_static_cache_keys(m) for m in self.models]
         self.can_merge = all(_can_merge(m) for m in self.models)  # searches may then refill finished rows
         self.can_share_encoder = all(_can_share_encoder(m) for m in self.models)  # beams may share encoder rows
         self.decoders: list[Any] = [m.decoder for m in self.models]  # what step() calls: compiled by compile_decoders
@@ -80,12 +73,8 @@ class EnsembleModel:
         """--compile: every member's decoder step through torch.compile (inductor). Shapes are dynamic (rows and
         cache length change at every step), and the weights are frozen into the compiled code (inference only),
         which lets inductor pre-pack them for its products. A step of a new kind (the first one, a reordered or
-        merged cache, attention weights asked for) compiles once more on first sight."""
-        import torch._dynamo.config
-
-        # each kind of step is a compiled variant of the one function; past dynamo's default of 8 a new kind would
-        # run eagerly (slowly) for the rest of the process, and a server meets more (beams, padding, attention)
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        merged cache, attention weights asked for) compiles once more on first sight: the caller lets dynamo keep
+        enough variants (``nmt.cpu_speed.process_settings(compiled=True)``)."""
         self.decoders = [torch.compile(m.decoder, dynamic=True, options={"freezing": True}) for m in self.models]
 
     def max_source_positions(self) -> int:
@@ -111,50 +100,44 @@ class EnsembleModel:
     def encode(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor) -> list[Any]:
         return [m.encoder(src_tokens, src_lengths) for m in self.models]
 
-    def new_states(self) -> list[dict]:
-        return [{} for _ in self.models]
+    def new_states(self) -> list[Any]:
+        """An empty cache per member: its ``new_incremental_state()`` (a DecoderCache), or a dict for a model of
+        its own kind without one (its ``reorder_incremental_state`` reorders it)."""
+        return [m.new_incremental_state() if hasattr(m, "new_incremental_state") else {} for m in self.models]
 
     def reorder_encoder(self, encs: list[Any], order: torch.Tensor) -> list[Any]:
         return [m.reorder_encoder_out(e, order) for m, e in zip(self.models, encs)]
 
-    def reorder_states(self, states: list[dict], order: torch.Tensor, encoder_order: Optional[torch.Tensor] = None,
-                       keep_encoder: bool = False, drop_left: int = 0) -> list[dict]:
-        """Rows of every cache in ``order``. The encoder-side entries (cross-attention keys/values)
-        follow ``encoder_order`` if given (beams sharing their sentence's row), else ``order``;
-        ``keep_encoder`` leaves them alone (beams re-ranked within their sentences: those entries are
-        identical across a sentence's rows, or shared). ``drop_left``: merged caches only, the leading
-        positions no remaining row owns."""
-        extra = {"drop_left": drop_left} if drop_left else {}
-        out = []
-        for m, s, static in zip(self.models, states, self._static_keys):
-            if static and (keep_encoder or encoder_order is not None):
-                moving = {k: v for k, v in s.items() if k not in static}
-                m.reorder_incremental_state(moving, order, **extra)
-                if encoder_order is not None and not keep_encoder:
-                    fixed = {k: v for k, v in s.items() if k in static}
-                    m.reorder_incremental_state(fixed, encoder_order)
-                    moving.update(fixed)
-                s.update(moving)
-                out.append(s)
+    def reorder_states(self, states: list[Any], order: torch.Tensor, encoder_order: Optional[torch.Tensor] = None,
+                       keep_encoder: bool = False, drop_left: int = 0) -> list[Any]:
+        """New caches holding the rows of ``states`` in ``order`` (the given ones stay as they are). The
+        encoder-side entries (cross-attention keys/values) follow ``encoder_order`` if given (beams sharing their
+        sentence's row), else ``order``; ``keep_encoder`` leaves them alone (beams re-ranked within their
+        sentences: those entries are identical across a sentence's rows, or shared). ``drop_left``: merged caches
+        only, the leading positions no remaining row owns."""
+        out: list[Any] = []
+        for m, s in zip(self.models, states):
+            if isinstance(s, DecoderCache):
+                out.append(s.reorder(order, encoder_order=encoder_order, keep_encoder=keep_encoder,
+                                     drop_left=drop_left))
                 continue
-            new = m.reorder_incremental_state(s, order, **extra)
-            out.append(s if new is None else new)  # in-place reorder returns None
+            s = dict(s)  # a model of its own kind: its reorder, in place (returning None) or returning the new one
+            new = m.reorder_incremental_state(s, order, **({"drop_left": drop_left} if drop_left else {}))
+            out.append(s if new is None else new)
         return out
 
-    def merge(self, encs: list[Any], states: list[dict], more_encs: list[Any], more_states: list[dict],
+    def merge(self, encs: list[Any], states: list[Any], more_encs: list[Any], more_states: list[Any],
               order: Optional[torch.Tensor] = None, encoder_order: Optional[torch.Tensor] = None,
-              drop_left: int = 0) -> tuple[list[Any], list[dict]]:
+              drop_left: int = 0) -> tuple[list[Any], list[Any]]:
         """Encoder outputs and caches holding the rows of the first pair then those of the second
         (sentences that joined later); only when ``can_merge``. ``order``, ``encoder_order`` and ``drop_left``
         reorder the first caches' rows in the same copy, as ``reorder_states`` would (``encs`` must already be in
         ``encoder_order``'s order)."""
-        from nmt.models.incremental_state import merge_incremental_states
-
         encs = [m.merge_encoder_out(a, b) for m, a, b in zip(self.models, encs, more_encs)]
-        return encs, [merge_incremental_states(a, b, order, encoder_order, drop_left)
+        return encs, [a.merge(b, order=order, encoder_order=encoder_order, drop_left=drop_left)
                       for a, b in zip(states, more_states)]
 
-    def step(self, tokens: torch.Tensor, encs: list[Any], states: list[dict],
+    def step(self, tokens: torch.Tensor, encs: list[Any], states: list[Any],
              need_attn: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probabilities (N, V) of the next token after prefix ``tokens`` (N, t), in fp32,
         and the cross-attention (N, S) of that step averaged over the members (or None)."""

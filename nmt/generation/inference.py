@@ -1,78 +1,32 @@
-"""Translating with loaded models: the weights as eager generation runs them (--bf16, packed linears), the
-configured search for these models, and the Translator (source ids in, hypotheses out, timing kept). Opening
-the data-bin is ``nmt.data.data_bin``'s, loading the models ``nmt.generation.loading``'s."""
+"""Translating with loaded models: the configured search for these models, and the Translator (source ids in,
+hypotheses out, timing kept). Opening the data-bin is ``nmt.data.data_bin``'s, loading the models
+``nmt.generation.loading``'s, the weights as eager generation runs them (--bf16, packed) ``nmt.cpu_speed``'s."""
 
 from __future__ import annotations
 
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterable, Iterator, Sequence
+from typing import Callable, ContextManager, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 
 from nmt.config.generate import GenerationConfig, InferenceConfig
+from nmt.config.model import ModelConfig
 from nmt.data.data_bin import DataDir
+from nmt.data.dictionary import Dictionary
+from nmt.data.language_pair_dataset import LanguagePairDataset
 from nmt.errors import UsageError
 from nmt.generation.ensemble import EnsembleModel
 from nmt.generation.guards import check_finite_hypotheses, check_lengths, within_positions
 from nmt.generation.search import Hypothesis, Search, SourceBatch, build_search
 from nmt.generation.search_options import check_fits_model
-from nmt.models.attention import AttentionBase
-from nmt.models.row_buckets import BucketedLinear, PackedProjection, pack_weight
 
 
 def autocast(bf16: bool) -> ContextManager:
     """bfloat16 autocast for the models when --bf16, else nothing."""
     return torch.autocast(device_type="cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-
-
-def inference_weights(ens: EnsembleModel, bf16: bool, pack: bool = True) -> EnsembleModel:
-    """The members' weights as eager generation runs them, in place.
-
-    ``bf16`` (--bf16): the weights, and so every activation, in bfloat16; the ensemble still turns logits into fp32
-    log-probabilities. Casting the weights once beats autocast, which re-casts every weight at every decoding step
-    (beam 5 on Multi30k test: about 1.7x the speed of autocast on a 2-core avx512_bf16 CPU, docs/generation.md).
-
-    ``pack``: the linear layers and the output projection also keep their weights in oneDNN's layout
-    (``nmt.models.row_buckets.pack_weight``), in bf16 and in fp32: steps of a few rows about twice as fast in their
-    products (bf16: the same results bit for bit; fp32: to the last bits). Not for --compile, whose inductor packs
-    the weights it freezes itself. With ``pack`` a bf16 decoding step also attends in fp32
-    (:func:`fp32_attention_caches`)."""
-    for m in ens.models:
-        if bf16:
-            m.to(torch.bfloat16)
-        if pack:
-            pack_linear_layers(m)
-            if bf16:
-                fp32_attention_caches(m)
-    return ens
-
-
-def fp32_attention_caches(model: torch.nn.Module) -> None:
-    """In place: the attention modules of a bf16 ``model`` that allow it keep their decoding cache in fp32 and
-    attend in fp32 (``AttentionBase.cache_dtype``). oneDNN builds a kernel for each shape of a bf16 batched
-    product, and a step's attention products take a new shape at nearly every step (the keys grow by one, rows
-    leave and join): greedy decoding of Multi30k's test set built 849 of them, about 0.34 s of its 4 s. fp32
-    products run on MKL, which builds nothing (docs/generation.md)."""
-    for module in model.modules():
-        if isinstance(module, AttentionBase) and module.supports_fp32_cache:
-            module.cache_dtype = torch.float32
-
-
-def pack_linear_layers(model: torch.nn.Module) -> None:
-    """In place: every BucketedLinear of a bf16 or fp32 CPU ``model`` keeps a packed copy of its weight, and a decoder
-    with an ``output_weight`` gets a packed output projection (nothing where packing is not available)."""
-    for module in model.modules():
-        if isinstance(module, BucketedLinear):
-            module.pack()
-    decoder = getattr(model, "decoder", None)
-    weight = getattr(decoder, "output_weight", None)
-    if decoder is not None and weight is not None and getattr(decoder, "output_projection", None) is None:
-        packed = pack_weight(weight)
-        if packed is not None:
-            decoder.output_projection = PackedProjection(packed, weight.size(0))
 
 
 def pad_batch(rows: Sequence[torch.Tensor], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,7 +38,8 @@ def pad_batch(rows: Sequence[torch.Tensor], pad: int) -> tuple[torch.Tensor, tor
     return out, lengths
 
 
-def source_batches(dataset: Any, batches: Iterable[Sequence[int] | np.ndarray]) -> Iterator[SourceBatch]:
+def source_batches(dataset: LanguagePairDataset, batches: Iterable[Sequence[int] | np.ndarray]
+                   ) -> Iterator[SourceBatch]:
     """Batches of sentence indices of a language-pair dataset, as a search takes them."""
     for indices in batches:
         batch = dataset.collater([dataset[int(i)] for i in indices])
@@ -175,10 +130,12 @@ def search_for(gen: GenerationConfig, ens: EnsembleModel, data: DataDir, seed: i
     return build_search(gen, data.tgt_dict, seed=seed, decoder_start=start)
 
 
-def decoder_start(ens: EnsembleModel, tgt_dict: Any) -> int | None:
+def decoder_start(ens: EnsembleModel, tgt_dict: Dictionary) -> int | None:
     """The decoder's first input symbol the models were trained with (None: the dictionary's <s>);
-    models imported from fairseq start from </s> (model.decoder_start)."""
-    symbols = {getattr(m.cfg, "decoder_start", "<s>") for m in ens.models}
+    models imported from fairseq start from </s> (model.decoder_start; a checkpoint written before the
+    field existed gets its default, <s>, when its config is read)."""
+    configs: list[ModelConfig] = [m.cfg for m in ens.models]
+    symbols = {cfg.decoder_start for cfg in configs}
     if len(symbols) > 1:
         raise UsageError(f"--path: the ensemble mixes models whose decoder starts from {' and '.join(sorted(symbols))} "
                          "(nmt-trained and fairseq-imported); ensemble models of one kind")
@@ -186,3 +143,9 @@ def decoder_start(ens: EnsembleModel, tgt_dict: Any) -> int | None:
     return None if symbol == "<s>" else tgt_dict.index(symbol)
 
 
+
+
+def first_decoder_input(ens: EnsembleModel, tgt_dict: Dictionary) -> int:
+    """The id a teacher-forced pass over a hypothesis starts from: the models' decoder start, else <s>."""
+    start = decoder_start(ens, tgt_dict)
+    return tgt_dict.bos() if start is None else start

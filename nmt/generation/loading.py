@@ -8,10 +8,12 @@ from typing import Any
 import torch
 
 from nmt.config.generate import GenerationConfig, InferenceConfig
+from nmt.cpu_speed import for_inference, process_settings
 from nmt.data.data_bin import DataDir
+from nmt.data.dictionary import Dictionary
 from nmt.errors import ConfigError, UsageError
 from nmt.generation.ensemble import EnsembleModel
-from nmt.generation.inference import Translator, inference_weights, search_for
+from nmt.generation.inference import Translator, search_for
 
 
 def checkpoint_paths(spec: str | None) -> list[str]:
@@ -46,7 +48,8 @@ def refuse_model_folder_as_data(data: str, splits: str) -> None:
                          f"that holds them and the folder as --path: DATA_BIN --path {data}")
 
 
-def load_model(path: str, src_dict: Any, tgt_dict: Any, state: dict[str, Any] | None = None) -> torch.nn.Module:
+def load_model(path: str, src_dict: Dictionary, tgt_dict: Dictionary, state: dict[str, Any] | None = None
+               ) -> torch.nn.Module:
     """Build the model a checkpoint describes and load its weights; its dictionaries must match, its
     stored config must fit its tensors before anything is allocated (an edited config is refused) and its
     parameters must be finite. ``state``: the checkpoint at ``path`` when the caller has read it already."""
@@ -69,17 +72,14 @@ def load_model(path: str, src_dict: Any, tgt_dict: Any, state: dict[str, Any] | 
     return model.eval()
 
 
-def load_ensemble(spec: str | None, src_dict: Any, tgt_dict: Any) -> EnsembleModel:
+def load_ensemble(spec: str | None, src_dict: Dictionary, tgt_dict: Dictionary) -> EnsembleModel:
     return EnsembleModel([load_model(p, src_dict, tgt_dict) for p in checkpoint_paths(spec)])
 
 
 def load_inference_models(inf: InferenceConfig, data: DataDir) -> EnsembleModel:
     """The models of ``--path`` as an ensemble ready to decode (threads set, --bf16 or --quantize applied,
-    --compile'd)."""
-    from nmt.allocator import keep_built_kernels, keep_freed_memory
-
-    keep_freed_memory()
-    keep_built_kernels()
+    --compile'd), with nmt's CPU speed settings (``nmt.cpu_speed``)."""
+    process_settings(compiled=inf.compile)
     if inf.threads:
         torch.set_num_threads(inf.threads)
     if inf.bf16 and inf.quantize != "none":
@@ -93,7 +93,8 @@ def load_inference_models(inf: InferenceConfig, data: DataDir) -> EnsembleModel:
         from nmt.generation.quantize import quantize_models
 
         return quantize_models(ens, inf.quantize)
-    inference_weights(ens, inf.bf16, pack=not inf.compile)
+    for model in ens.models:  # --quantize (above) takes the plain models; --compile's inductor packs its own weights
+        for_inference(model, inf.bf16, pack=not inf.compile)
     if inf.compile:
         ens.compile_decoders()
     return ens

@@ -9,7 +9,7 @@ fairseq prints them.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from nmt.data.dictionary import Dictionary
 from nmt.generation.alignment import hard_alignment
@@ -18,7 +18,7 @@ from nmt.generation.search import Hypothesis
 LN2 = math.log(2)
 
 
-def hypothesis_lines(sid: int, hyp: Hypothesis, tgt_dict: Dictionary, detokenize: Any, src_len: int,
+def hypothesis_lines(sid: int, hyp: Hypothesis, tgt_dict: Dictionary, detokenize: Callable[[str], str], src_len: int,
                      print_alignment: bool = False) -> tuple[list[str], str]:
     """The H/D/P(/A) lines of one hypothesis, and its detokenized text."""
     tokens = tgt_dict.string(hyp.tokens)

@@ -16,10 +16,11 @@ import torch
 
 from nmt.generation.ensemble import EnsembleModel
 from nmt.generation.search import Hypothesis, Rows, Search, SentenceQueue, SourceBatch
+from nmt.registry import OptionsT
 
 # Rows whose path has ended stay in the batch, decoded for nothing, until they are this share of it: leaving
-# copies every cache entry of the rows that stay, which cost greedy --bf16 decoding of Multi30k's test set
-# 0.55 s of its 4.1 s when done at every step a row ended (docs/generation.md)
+# copies every cache entry of the rows that stay, a large share of a greedy search's time when done at every step
+# a row ended (benchmarks/RESULTS.md)
 FINISHED_SHARE = 1 / 8
 
 
@@ -31,7 +32,7 @@ class Paths(Rows):
     finished: Optional[torch.Tensor] = None  # (N,) bool: the row's path has ended (it waits to leave); None: none has
 
 
-class PathSearch(Search):
+class PathSearch(Search[OptionsT]):
     """Decode ``paths_per_sentence()`` independent paths per sentence."""
 
     def paths_per_sentence(self) -> int:

@@ -28,7 +28,6 @@ from torch import nn
 
 from nmt.errors import ConfigError
 from nmt.generation.ensemble import EnsembleModel
-from nmt.models.row_buckets import BucketedLinear
 
 # the weight types --quantize offers: torch.ao's qconfig name and weight dtype for each
 KINDS = {"int8": ("per_channel_dynamic_qconfig", torch.qint8), "fp16": ("float16_dynamic_qconfig", torch.float16)}
@@ -59,15 +58,12 @@ class PackedLinear(nn.Module):
 
 
 def quantize_linear_layers(module: nn.Module, kind: str) -> None:
-    """In place: every nn.Linear below ``module`` becomes a :class:`PackedLinear` with ``kind`` weights."""
+    """In place: every nn.Linear below ``module`` becomes a :class:`PackedLinear` with ``kind`` weights. torch.ao
+    quantizes nn.Linear itself, not its subclasses: ``module`` is a plain model (``nmt.cpu_speed`` not applied)."""
     from torch.ao import quantization
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
     qconfig_name, dtype = KINDS[kind]
-    for parent in list(module.modules()):  # torch.ao quantizes nn.Linear itself, not subclasses
-        for name, child in parent.named_children():
-            if isinstance(child, BucketedLinear):
-                setattr(parent, name, child.plain())
     with warnings.catch_warnings():  # torch.ao's deprecation notice: the kernels are what we measured
         warnings.simplefilter("ignore", UserWarning)
         warnings.simplefilter("ignore", DeprecationWarning)

@@ -8,7 +8,7 @@ A strategy is a plugin registered with ``nmt.registry.register_search``; it impl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Generic, Iterable, Iterator, Optional
 
 import torch
 
@@ -16,7 +16,7 @@ from nmt.config.generate import GenerationConfig
 from nmt.data.dictionary import Dictionary
 from nmt.errors import ConfigError
 from nmt.generation.ensemble import EnsembleModel
-from nmt.registry import SEARCH
+from nmt.registry import SEARCH, OptionsT
 
 NEG_INF = float("-inf")
 REFILL_AT = 0.5  # refill the running batch when fewer than this share of its sentences are left
@@ -52,12 +52,13 @@ class Specials:
         return Specials(bos, dictionary.eos(), dictionary.pad(), dictionary.unk())
 
 
-class Search:
+class Search(Generic[OptionsT]):
     """A search strategy, constructed as ``cls(cfg, gen, specials, seed)``: ``cfg`` holds the strategy's
-    own options (its registered config dataclass), ``gen`` the options every strategy reads (beam
-    size, length limits, penalties), ``specials`` the dictionary's special indices."""
+    own options (its registered config dataclass, the type argument: ``Search[SamplingConfig]``), ``gen``
+    the options every strategy reads (beam size, length limits, penalties), ``specials`` the dictionary's
+    special indices."""
 
-    def __init__(self, cfg: Any, gen: GenerationConfig, specials: Specials, seed: int = 1):
+    def __init__(self, cfg: OptionsT, gen: GenerationConfig, specials: Specials, seed: int = 1):
         if not 1 <= gen.nbest <= gen.beam:
             raise ConfigError(f"--nbest {gen.nbest}: must be between 1 and --beam ({gen.beam})")
         self.cfg = cfg
@@ -143,10 +144,10 @@ class Search:
 @dataclass
 class Rows:
     """The decoder rows a search is running, with their decoder inputs kept right-aligned: a row
-    that joined later has its bos after ``pads`` pad columns (nmt.models.incremental_state)."""
+    that joined later has its bos after ``pads`` pad columns (nmt.models.decoder_cache)."""
 
     encs: list[Any]
-    states: list[dict]
+    states: list[Any]  # each member's cache (EnsembleModel.new_states: a DecoderCache)
     window: torch.Tensor  # (N, L+1) decoder inputs so far, bos first
     scores: torch.Tensor  # (N, L+1) a score per input column (0 at bos and before); the strategy says which
     pads: torch.Tensor  # (N,) leading columns that are not the row's own
@@ -158,7 +159,7 @@ class Rows:
         return self.window.size(1) - 1 - self.pads
 
     def merged_fields(self, other: "Rows", ens: EnsembleModel, pad: int,
-                      merged: Optional[tuple[list[Any], list[dict]]] = None) -> dict[str, Any]:
+                      merged: Optional[tuple[list[Any], list[Any]]] = None) -> dict[str, Any]:
         """The fields of one Rows holding these rows then ``other``'s (no attention kept); ``merged``: the
         encoder outputs and caches of both, when the caller has merged them already (EnsembleModel.merge)."""
         width = max(self.window.size(1), other.window.size(1))
@@ -174,14 +175,14 @@ class Rows:
                                     other.pads + width - other.window.size(1)]),
                     row_max=torch.cat([self.row_max, other.row_max]), attn=None)
 
-    def selected_fields(self, rows: torch.Tensor, drop: int, encs: list[Any], states: list[dict]) -> dict[str, Any]:
+    def selected_fields(self, rows: torch.Tensor, drop: int, encs: list[Any], states: list[Any]) -> dict[str, Any]:
         """The fields of ``rows`` (N',) alone; the ``drop`` leading columns none of them owns are forgotten."""
         return dict(encs=encs, states=states, window=self.window[rows, drop:], scores=self.scores[rows, drop:],
                     pads=self.pads[rows] - drop, row_max=self.row_max[rows],
                     attn=self.attn[rows, drop:] if self.attn is not None else None)
 
     def extended_fields(self, rows: Optional[torch.Tensor], tokens: torch.Tensor, scores: torch.Tensor, drop: int,
-                        encs: list[Any], states: list[dict]) -> dict[str, Any]:
+                        encs: list[Any], states: list[Any]) -> dict[str, Any]:
         """The fields after keeping ``rows`` (parents; None: every row, in place) and appending their
         next ``tokens`` (N',) and ``scores`` (N',); the ``drop`` leading columns no kept row owns are
         forgotten."""
@@ -307,6 +308,6 @@ def block_repeated_ngrams(lprobs: torch.Tensor, generated: torch.Tensor, n: int)
 
 
 def build_search(gen: GenerationConfig, dictionary: Dictionary, seed: int = 1,
-                 decoder_start: int | None = None) -> Search:
+                 decoder_start: int | None = None) -> Search[Any]:
     """The strategy ``gen.search`` names, with its options."""
     return SEARCH.build(gen.search["name"], gen.search, gen, Specials.of(dictionary, decoder_start), seed)

@@ -8,22 +8,24 @@ The built-in architectures are Transformers of different shapes and all build wi
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic
 
 from torch import nn
 
 from nmt.config.model import ModelConfig
-from nmt.models.build import build_transformer
+from nmt.models.build import ModelVocabulary, build_transformer
+from nmt.registry import OptionsT
 
 
-class Architecture:
-    """Base class of ``--arch`` plugins; constructed as ``cls(cfg)`` with its own options."""
+class Architecture(Generic[OptionsT]):
+    """Base class of ``--arch`` plugins; constructed as ``cls(cfg)`` with its own options (the type argument:
+    ``Architecture[NoOptions]``)."""
 
     preset: ClassVar[dict[str, Any]] = {}  # model config values it sets, e.g. {"encoder_layers": 3, ...}
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: OptionsT):
         self.cfg = cfg
 
-    def build_model(self, model_cfg: ModelConfig, src_dict: Any, tgt_dict: Any) -> nn.Module:
+    def build_model(self, model_cfg: ModelConfig, src_dict: ModelVocabulary, tgt_dict: ModelVocabulary) -> nn.Module:
         """The model for ``model_cfg`` (its arch preset already applied) and the dictionaries."""
         return build_transformer(model_cfg, src_dict, tgt_dict)

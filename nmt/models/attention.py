@@ -8,7 +8,7 @@ Table 3 row B) queries and keys have their own size d_k (``key_dim``) and values
 with its own options (a config dataclass, given to the constructor as ``cfg``)::
 
     @register_attention("multiplicative", config=MultiplicativeConfig)
-    class Multiplicative(AttentionBase):
+    class Multiplicative(AttentionBase[MultiplicativeConfig]):
         def attend(self, q, k, v, key_padding_mask, causal, need_weights): ...
 """
 
@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import math
 import uuid
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Generic, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt.errors import ConfigError
-from nmt.models.dropout import dropout as drop
-from nmt.models.row_buckets import BucketedLinear
-
-IncrementalState = dict  # module key -> {"k": (B,H,S,d_k), "v": (B,H,S,D), maybe "length": int}
+from nmt.models.decoder_cache import CacheEntry, DecoderCache, KeyWindow
+from nmt.registry import OptionsT
 
 
 def causal_mask(tgt_len: int, src_len: int, device: torch.device) -> Tensor:
@@ -59,18 +56,6 @@ def attention_weights(scores: Tensor, mask: Optional[Tensor]) -> Tensor:
     return torch.softmax(scores, dim=-1, dtype=torch.float32 if low_precision else None).to(scores.dtype)
 
 
-@dataclass(frozen=True)
-class KeyWindow:
-    """Where a decoding step's self-attention may skip cached keys. Rows that joined a running batch later
-    (a refilled search) sit after the older ones and own none of the cache's first positions; reading those
-    masked keys is most of a refilled greedy step's attention (its cache is as long as its oldest row is old).
-    Rows before ``split`` read the keys from ``start[0]`` on, the rest from ``start[1]`` on: every key left
-    out is masked for every query of its group (``nmt.models.incremental_state.key_window``)."""
-
-    split: int
-    start: tuple[int, int]
-
-
 LENGTH_MULTIPLE = 4  # training on the CPU in bf16/fp16: the explicit product's lengths, padded to a multiple of this
 
 
@@ -88,9 +73,10 @@ def pads_lengths(q: Tensor) -> bool:
 
 
 def explicit_attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], causal: bool,
-                       scale: float, dropout: float, training: bool) -> tuple[Tensor, Tensor]:
+                       scale: float, dropout: nn.Module | float, training: bool = False) -> tuple[Tensor, Tensor]:
     """softmax(q k^T * scale) v, computed step by step (not torch's fused kernel): q (B,H,T,d_k), k (B,H,S,d_k),
-    v (B,H,S,D). Returns (output (B,H,T,D), weights (B,H,T,S)). In CPU bf16/fp16 training (:func:`pads_lengths`)
+    v (B,H,S,D); ``dropout`` and ``training`` as :func:`softmax_attention` takes them. Returns (output (B,H,T,D),
+    weights (B,H,T,S)). In CPU bf16/fp16 training (:func:`pads_lengths`)
     the products run on lengths padded with zeros to a multiple of :data:`LENGTH_MULTIPLE`: padded keys are
     masked out, padded queries are dropped, so no real output or gradient changes."""
     T, S = q.size(2), k.size(2)
@@ -111,22 +97,25 @@ def explicit_attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Option
     return out, weights
 
 
-def softmax_attention(scores: Tensor, v: Tensor, mask: Optional[Tensor], dropout: float,
-                      training: bool) -> tuple[Tensor, Tensor]:
-    """Masked softmax over the last axis of ``scores`` (B,H,T,S), then weights @ v. Returns
-    (output (B,H,T,D), weights (B,H,T,S)). Shared by plugins that compute their own scores."""
+def softmax_attention(scores: Tensor, v: Tensor, mask: Optional[Tensor], dropout: nn.Module | float,
+                      training: bool = False) -> tuple[Tensor, Tensor]:
+    """Masked softmax over the last axis of ``scores`` (B,H,T,S), dropout on the weights, then weights @ v.
+    Returns (output (B,H,T,D), weights before dropout (B,H,T,S)). Shared by plugins that compute their own scores.
+    ``dropout`` is the module's ``self.attention_dropout`` (an ``nn.Dropout``, which follows its train/eval mode);
+    a rate with ``training`` (the earlier form, ``self.dropout, self.training``) still works, with torch's dropout."""
     weights = attention_weights(scores, mask).to(v.dtype)  # (B,H,T,S)
-    dropped = drop(weights, dropout, training)
+    dropped = dropout(weights) if isinstance(dropout, nn.Module) else F.dropout(weights, dropout, training)
     return dropped @ v, weights  # (B, H, T, D)
 
 
-class AttentionBase(nn.Module):
+class AttentionBase(nn.Module, Generic[OptionsT]):
     """Multi-head attention with the projections W^Q, W^K, W^V (one fused matrix for
     self-attention), W^O, and an incremental key/value cache.
 
     Constructed as ``cls(cfg, embed_dim, num_heads, self_attention=..., causal=..., dropout=...)``,
-    ``cfg`` being the plugin's own options, plus ``key_dim=d_k`` when ``--attention-key-dim`` sets a
-    per-head query/key size other than d_model / heads. Subclasses implement :meth:`attend`.
+    ``cfg`` being the plugin's own options (its type argument: ``AttentionBase[RestrictedConfig]``), plus
+    ``key_dim=d_k`` when ``--attention-key-dim`` sets a per-head query/key size other than d_model / heads.
+    Subclasses implement :meth:`attend`.
     ``causal`` means query i may only see keys up to its own position; ``self_attention`` means
     queries, keys and values come from the same input."""
 
@@ -146,7 +135,7 @@ class AttentionBase(nn.Module):
     # its own, and keeps no cache of its own). Only then does :attr:`cache_dtype` apply to the module.
     supports_fp32_cache = False
     # The dtype a decoding step attends in and the cache keeps keys and values in; None: the model's. bf16
-    # inference on the CPU sets fp32 (nmt.generation.inference.fp32_attention_caches): a step's attention
+    # inference on the CPU sets fp32 (nmt.cpu_speed.apply.fp32_attention_caches): a step's attention
     # products then run on MKL instead of oneDNN, which builds a kernel for every new shape they take.
     cache_dtype: Optional[torch.dtype] = None
     # Whether attend() depends on the keys only through their values, the mask and their place from the end
@@ -154,7 +143,7 @@ class AttentionBase(nn.Module):
     # call (:class:`KeyWindow`). True of softmax attention; a plugin with its own per-key state keeps False.
     supports_key_window = False
 
-    def __init__(self, cfg: Any, embed_dim: int, num_heads: int, *, self_attention: bool, causal: bool = False,
+    def __init__(self, cfg: OptionsT, embed_dim: int, num_heads: int, *, self_attention: bool, causal: bool = False,
                  dropout: float = 0.0, key_dim: Optional[int] = None):
         super().__init__()
         if embed_dim % num_heads:
@@ -174,15 +163,15 @@ class AttentionBase(nn.Module):
                               "--cross-attention (e.g. scaled_dot_product)")
         self.self_attention = self_attention
         self.causal = causal
-        self.dropout = dropout
+        self.attention_dropout = nn.Dropout(dropout)  # on the attention weights (softmax_attention takes it)
         self.cfg = cfg
         qk_size = num_heads * self.key_dim  # H * d_k (embed_dim unless --attention-key-dim)
         if self_attention:
-            self.qkv_proj = BucketedLinear(embed_dim, 2 * qk_size + embed_dim)
+            self.qkv_proj = nn.Linear(embed_dim, 2 * qk_size + embed_dim)
         else:
-            self.q_proj = BucketedLinear(embed_dim, qk_size)
-            self.kv_proj = BucketedLinear(embed_dim, qk_size + embed_dim)
-        self.out_proj = BucketedLinear(embed_dim, embed_dim)
+            self.q_proj = nn.Linear(embed_dim, qk_size)
+            self.kv_proj = nn.Linear(embed_dim, qk_size + embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
         self.state_key = f"{type(self).__name__}.{uuid.uuid4().hex}"  # this module's slot in the cache
         self.reset_projections()
 
@@ -218,48 +207,51 @@ class AttentionBase(nn.Module):
         blocks = x.split([self.num_heads * d for d in dims[parts]], dim=-1)  # (B, T, H*d) each
         return tuple(b.view(B, T, self.num_heads, d).transpose(1, 2) for b, d in zip(blocks, dims[parts]))
 
-    def cache_append(self, cached: Optional[dict], k: Tensor, v: Tensor) -> tuple[dict, Tensor, Tensor]:
-        """Add a step's keys (B, H, T, d_k) and values (B, H, T, D) to this module's cache entry; returns
-        the new entry and every key/value so far (B, H, t, d_k|D). The default keeps all of them in a
-        buffer that doubles when full, so a step copies only its own keys (no O(t) concatenation per step)."""
-        length = 0 if cached is None else cached["length"]
+    def cache_append(self, cached: Optional[CacheEntry], k: Tensor, v: Tensor) -> tuple[CacheEntry, Tensor, Tensor]:
+        """Add a step's keys (B, H, T, d_k) and values (B, H, T, D) to this module's cache entry (None at the
+        first step); returns a new entry (the stored one is left as it is) and every key/value so far
+        (B, H, t, d_k|D). The default keeps all of them in a buffer that doubles when full (an entry with a
+        ``length``), so a step copies only its own keys (no O(t) concatenation per step)."""
+        length = 0 if cached is None or cached.length is None else cached.length
         end = length + k.size(2)
-        if cached is None or end > cached["k"].size(2):
+        if cached is None or end > cached.k.size(2):
             B, H = k.shape[:2]
-            grown = [t.new_empty(B, H, max(2 * end, 16), t.size(3)) for t in (k, v)]  # (B, H, capacity, d_k|D)
+            k_buf, v_buf = [t.new_empty(B, H, max(2 * end, 16), t.size(3)) for t in (k, v)]  # (B, H, capacity, d_k|D)
             if cached is not None:
-                grown[0][:, :, :length] = cached["k"][:, :, :length]
-                grown[1][:, :, :length] = cached["v"][:, :, :length]
-            cached = {"k": grown[0], "v": grown[1]}
-        cached["k"][:, :, length:end] = k
-        cached["v"][:, :, length:end] = v
-        entry = {"k": cached["k"], "v": cached["v"], "length": end}
-        return entry, entry["k"][:, :, :end], entry["v"][:, :, :end]
+                k_buf[:, :, :length] = cached.k[:, :, :length]
+                v_buf[:, :, :length] = cached.v[:, :, :length]
+        else:
+            k_buf, v_buf = cached.k, cached.v
+        k_buf[:, :, length:end] = k
+        v_buf[:, :, length:end] = v
+        return CacheEntry(k_buf, v_buf, end), k_buf[:, :, :end], v_buf[:, :, :end]
 
     def forward(self, query: Tensor, key_value: Optional[Tensor] = None, key_padding_mask: Optional[Tensor] = None,
-                incremental_state: Optional[IncrementalState] = None,
+                incremental_state: Optional[DecoderCache] = None,
                 need_weights: bool = False, key_window: Optional[KeyWindow] = None) -> tuple[Tensor, Optional[Tensor]]:
         """query (B, T, C); key_value (B, S, C) for cross-attention; key_padding_mask (B, S), True at pads.
 
-        With ``incremental_state`` (inference only: the cache is written in place), self-attention
-        appends this step's keys/values to the cache (its padding mask, if any, then covers every
-        cached position: rows that joined the batch later do not own the first ones) and
-        cross-attention projects the encoder output once and reuses it. Returns (B, T, C) and, when
-        ``need_weights``, the weights (B, H, T, S)."""
+        With ``incremental_state`` (inference only: the step stores this module's new entry in it), self-attention
+        appends this step's keys/values to its ``self_attn`` entry (its padding mask, if any, then covers every
+        cached position: rows that joined the batch later do not own the first ones) and cross-attention
+        projects the encoder output once into its ``cross_attn`` entry and reuses it. Returns (B, T, C) and,
+        when ``need_weights``, the weights (B, H, T, S)."""
         B, T, C = query.shape
         dtype = self.cache_dtype if incremental_state is not None else None  # None: the projections'
         if self.self_attention:
             qkv = self.qkv_proj(query)  # (B, T, 2 H d_k + C)
             q, k, v = self._heads(qkv if dtype is None else qkv.to(dtype), 3)  # (B, H, T, d_k|D) each
             if incremental_state is not None:
-                entry, k, v = self.cache_append(incremental_state.get(self.state_key), k, v)  # (B, H, t, d_k|D)
-                incremental_state[self.state_key] = entry
+                entries = incremental_state.self_attn
+                entry, k, v = self.cache_append(entries.get(self.state_key), k, v)  # (B, H, t, d_k|D)
+                entries[self.state_key] = (entry if isinstance(entry, CacheEntry)  # else a plugin's dict (deprecated)
+                                           else CacheEntry.from_dict(entry, type(self).__name__))
         else:
             q_rows = self.q_proj(query)  # (B, T, H d_k)
             (q,) = self._heads(q_rows if dtype is None else q_rows.to(dtype), 1)  # (B, H, T, d_k)
-            cached = incremental_state.get(self.state_key) if incremental_state is not None else None
+            cached = incremental_state.cross_attn.get(self.state_key) if incremental_state is not None else None
             if cached is not None:
-                k, v = cached["k"], cached["v"]
+                k, v = cached.k, cached.v
             else:
                 if key_value is None:
                     raise ValueError("cross-attention needs key_value (the encoder output)")
@@ -267,7 +259,7 @@ class AttentionBase(nn.Module):
                 if incremental_state is not None:  # read at every step: contiguous reads are cheaper
                     k = k.to(dtype or k.dtype, memory_format=torch.contiguous_format)
                     v = v.to(dtype or v.dtype, memory_format=torch.contiguous_format)
-                    incremental_state[self.state_key] = {"k": k, "v": v}
+                    incremental_state.cross_attn[self.state_key] = CacheEntry(k, v)
         group = B // k.size(0)  # query rows per key row: a sentence's beams share its encoder-side cache
         if group > 1:
             q = q.reshape(k.size(0), group, self.num_heads, T, self.key_dim).transpose(1, 2)  # (b, H, group, T, d_k)
@@ -307,3 +299,8 @@ class AttentionBase(nn.Module):
     def scale(self) -> float:
         """1 / sqrt(d_k), the paper's scaling of query-key dot products."""
         return 1.0 / math.sqrt(self.key_dim)
+
+    @property
+    def dropout(self) -> float:
+        """The dropout rate on the attention weights (``attention_dropout.p``), for a fused kernel's ``dropout_p``."""
+        return float(self.attention_dropout.p)

@@ -5,7 +5,7 @@ projections inside the modules; embeddings normal(0, d^-0.5), pad row zero)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional, cast
+from typing import Any, Optional, Protocol, cast
 
 import torch
 from torch import nn
@@ -19,6 +19,15 @@ from nmt.models.transformer import Embedder, TransformerDecoder, TransformerEnco
 from nmt.registry import ARCH, ATTENTION, POSITIONAL
 
 DEFAULT_ATTENTION = ModelConfig().attention["name"]
+
+
+class ModelVocabulary(Protocol):
+    """What building a model asks of a dictionary (``nmt.data.dictionary.Dictionary``): its size and pad index.
+    A ``fingerprint()`` method, when it has one, tells a joined dictionary from two of the same size."""
+
+    def __len__(self) -> int: ...
+
+    def pad(self) -> int: ...
 
 
 def new_embedding(num: int, dim: int, pad: int) -> nn.Embedding:
@@ -61,7 +70,7 @@ def _attention(group: dict[str, Any], site: str, dim: int, heads: int, dropout: 
         raise ConfigError(f"{site} attention: {e}") from None
 
 
-def _check_shared_dicts(src_dict: Any, tgt_dict: Any) -> None:
+def _check_shared_dicts(src_dict: ModelVocabulary, tgt_dict: ModelVocabulary) -> None:
     fp_src, fp_tgt = (getattr(d, "fingerprint", None) for d in (src_dict, tgt_dict))
     same = len(src_dict) == len(tgt_dict) and src_dict.pad() == tgt_dict.pad()
     if same and fp_src and fp_tgt:
@@ -84,14 +93,15 @@ def _check_shape(cfg: ModelConfig) -> None:
                           f"{cfg.decoder_embed_dim} must be equal (cross-attention mixes them)")
 
 
-def build_model(cfg: ModelConfig | dict[str, Any], src_dict: Any, tgt_dict: Any) -> nn.Module:
+def build_model(cfg: ModelConfig | dict[str, Any], src_dict: ModelVocabulary, tgt_dict: ModelVocabulary
+                ) -> nn.Module:
     """The model of ``cfg`` (a ModelConfig, a dict or an omegaconf node of its values), built by its
-    ``--arch`` plugin. Dictionaries need ``len()`` and ``.pad()`` (and ``fingerprint()`` to be compared)."""
+    ``--arch`` plugin."""
     model_cfg: ModelConfig = to_dataclass(ModelConfig, cfg)
     return ARCH.build(model_cfg.arch["name"], model_cfg.arch).build_model(model_cfg, src_dict, tgt_dict)
 
 
-def build_transformer(cfg: ModelConfig, src_dict: Any, tgt_dict: Any) -> TransformerModel:
+def build_transformer(cfg: ModelConfig, src_dict: ModelVocabulary, tgt_dict: ModelVocabulary) -> TransformerModel:
     """The Transformer of ``cfg`` (the built-in architectures' model)."""
     _check_shape(cfg)
     attn = attention_groups(cfg)

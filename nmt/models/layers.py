@@ -9,9 +9,8 @@ from typing import Callable, Optional
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt.models.attention import AttentionBase, IncrementalState, KeyWindow
-from nmt.models.dropout import dropout
-from nmt.models.row_buckets import BucketedLinear
+from nmt.models.attention import AttentionBase
+from nmt.models.decoder_cache import DecoderCache, KeyWindow
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
@@ -21,15 +20,15 @@ class FeedForward(nn.Module):
 
     def __init__(self, dim: int, hidden: int, activation: str, activation_dropout: float):
         super().__init__()
-        self.fc1 = BucketedLinear(dim, hidden)
-        self.fc2 = BucketedLinear(hidden, dim)
+        self.fc1 = nn.Linear(dim, hidden)
+        self.fc2 = nn.Linear(hidden, dim)
         self.activation = ACTIVATIONS[activation]
-        self.activation_dropout = activation_dropout
+        self.activation_dropout = nn.Dropout(activation_dropout)
         # fc1/fc2 keep PyTorch's default Linear init (uniform in +-1/sqrt(fan_in)), as fairseq's do.
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.activation(self.fc1(x))  # (..., d_ff)
-        h = dropout(h, self.activation_dropout, self.training)
+        h = self.activation_dropout(h)
         return self.fc2(h)  # (..., d_model)
 
 
@@ -39,7 +38,7 @@ class Residual(nn.Module):
     def __init__(self, dim: int, dropout: float, normalize_before: bool):
         super().__init__()
         self.norm = nn.LayerNorm(dim)
-        self.dropout = dropout
+        self.dropout = nn.Dropout(dropout)
         self.normalize_before = normalize_before
 
     def pre(self, x: Tensor) -> Tensor:
@@ -48,7 +47,7 @@ class Residual(nn.Module):
 
     def post(self, residual: Tensor, y: Tensor) -> Tensor:
         """Combine the sub-layer's output ``y`` with the layer input ``residual``."""
-        x = residual + dropout(y, self.dropout, self.training)
+        x = residual + self.dropout(y)
         return x if self.normalize_before else self.norm(x)
 
 
@@ -85,7 +84,7 @@ class DecoderLayer(nn.Module):
         self.ffn_res = Residual(dim, dropout, normalize_before)
 
     def forward(self, x: Tensor, memory: Tensor, memory_padding_mask: Optional[Tensor],
-                incremental_state: Optional[IncrementalState] = None,
+                incremental_state: Optional[DecoderCache] = None,
                 need_weights: bool = False, self_padding_mask: Optional[Tensor] = None,
                 self_key_window: Optional[KeyWindow] = None) -> tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
         """x (B, T, C), memory = encoder output (B, S, C). ``self_padding_mask`` (B, t) marks cached

@@ -3,20 +3,22 @@ embeddings. Registered by name with ``nmt.registry.register_positional``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Generic
 
 import torch
 from torch import Tensor, nn
 
+from nmt.registry import OptionsT
 
-class PositionalBase(nn.Module):
+
+class PositionalBase(nn.Module, Generic[OptionsT]):
     """Gives the encodings of positions ``offset .. offset+length-1``.
 
-    Constructed as ``cls(cfg, embed_dim, max_positions, option)``: ``cfg`` is the plugin's own options,
-    ``max_positions`` the longest sequence the model takes and ``option`` the flag that sets it (for
-    error messages); plugins without a table ignore them."""
+    Constructed as ``cls(cfg, embed_dim, max_positions, option)``: ``cfg`` is the plugin's own options (its
+    type argument: ``PositionalBase[NoOptions]``), ``max_positions`` the longest sequence the model takes and
+    ``option`` the flag that sets it (for error messages); plugins without a table ignore them."""
 
-    def __init__(self, cfg: Any, embed_dim: int, max_positions: int, option: str = "--max-source-positions"):
+    def __init__(self, cfg: OptionsT, embed_dim: int, max_positions: int, option: str = "--max-source-positions"):
         super().__init__()
         self.cfg = cfg
         self.embed_dim = embed_dim

@@ -10,12 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt.models.attention import IncrementalState
-from nmt.models.dropout import dropout
-from nmt.models.incremental_state import key_window, left_pads, reorder_incremental_state
+from nmt.models.decoder_cache import DecoderCache, key_window
 from nmt.models.layers import DecoderLayer, EncoderLayer
 from nmt.models.positional import PositionalBase
-from nmt.models.row_buckets import linear as bucketed_linear
 
 if TYPE_CHECKING:
     from nmt.config.model import ModelConfig
@@ -43,7 +40,7 @@ class Embedder(nn.Module):
         self.embed_tokens = embed_tokens
         self.positional = positional
         self.scale = math.sqrt(embed_tokens.embedding_dim) if scale else 1.0
-        self.dropout = dropout
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, tokens: Tensor, offset: int = 0, positions: Optional[Tensor] = None) -> Tensor:
         """tokens (B, L) at positions ``offset ..``, or, for one token per row (L = 1), at each
@@ -53,7 +50,7 @@ class Embedder(nn.Module):
             x = x + self.positional(tokens.size(1), offset).to(x.dtype)  # (L, C) broadcast over B
         else:
             x = x + self.positional.at(positions).to(x.dtype).unsqueeze(1)  # (B, 1, C)
-        return dropout(x, self.dropout, self.training)
+        return self.dropout(x)
 
 
 class TransformerEncoder(nn.Module):
@@ -92,7 +89,9 @@ class TransformerDecoder(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.final_norm = final_norm
         self.output_weight = output_weight  # (V, C); the embedding's own Parameter when tied
-        # replaces the product with output_weight when set (nmt.generation.quantize: int8/fp16 inference)
+        # replaces the product with output_weight when set: a quantized or packed copy of the matrix for inference
+        # (nmt.generation.quantize, nmt.cpu_speed), or the same product on the CPU's terms (nmt.cpu_speed), which
+        # holds output_weight itself as its ``weight``
         self.output_projection: Optional[nn.Module] = None
 
     @property
@@ -103,23 +102,26 @@ class TransformerDecoder(nn.Module):
         """(..., C) features -> (..., V) logits; any leading shape (e.g. only non-pad positions)."""
         if self.output_projection is not None:
             return self.output_projection(features)
-        return bucketed_linear(features, self.output_weight)
+        return F.linear(features, self.output_weight)
 
     def forward(self, prev_output_tokens: Tensor, encoder_out: EncoderOut,
-                incremental_state: Optional[IncrementalState] = None, features_only: bool = False,
+                incremental_state: Optional[DecoderCache] = None, features_only: bool = False,
                 need_weights: bool = False):
-        """prev_output_tokens (B, T). With ``incremental_state`` only the last position is computed
-        (the earlier ones are in the cache) and the result is (B, 1, ...). When the cache holds rows
-        that started at different steps (``nmt.models.incremental_state.LEFT_PADS``), the tokens are
+        """prev_output_tokens (B, T). With ``incremental_state`` (a :class:`DecoderCache`, which the step
+        extends) only the last position is computed (the earlier ones are in the cache) and the result is
+        (B, 1, ...). When the cache holds rows that started at different steps (its ``left_pads``), the tokens are
         right-aligned and each row's leading pads are masked and not counted as positions.
 
         Returns logits (B, T, V), or features (B, T, C) with ``features_only``; with
         ``need_weights`` a pair (that, {"self": [per layer (B,H,T,T)], "cross": [(B,H,T,S)]})."""
         offset, positions, self_mask, window = 0, None, None, None
         if incremental_state is not None:
+            if not isinstance(incremental_state, DecoderCache):
+                raise TypeError("incremental_state: pass a DecoderCache (model.new_incremental_state()), "
+                                f"not a {type(incremental_state).__name__}")
             offset = prev_output_tokens.size(1) - 1
             prev_output_tokens = prev_output_tokens[:, -1:]  # (B, 1)
-            pads = left_pads(incremental_state)  # (B,) or None
+            pads = incremental_state.left_pads  # (B,) or None
             if pads is not None:
                 positions = offset - pads  # (B,)
                 self_mask = torch.arange(offset + 1, device=pads.device)[None, :] < pads[:, None]  # (B, t)
@@ -165,8 +167,9 @@ class TransformerModel(nn.Module):
 
     def output_matrix(self) -> Optional[Tensor]:
         """(V, C): ``output_layer(x)`` is ``x @ output_matrix().T``, so a criterion may do that product itself
-        (nmt.training.criterion); None while a quantized projection replaces it."""
-        return self.decoder.output_weight if self.decoder.output_projection is None else None
+        (nmt.training.criterion); None while a projection of another matrix (quantized, packed) replaces it."""
+        weight, projection = self.decoder.output_weight, self.decoder.output_projection
+        return weight if projection is None or getattr(projection, "weight", None) is weight else None
 
     def plugin_names(self) -> dict[str, str]:
         """role -> plugin name (encoder/decoder/cross attention, encoder/decoder positional)."""
@@ -201,5 +204,12 @@ class TransformerModel(nn.Module):
         return EncoderOut(torch.cat([out_a, out_b]), mask if bool(mask.any()) else None)
 
     @staticmethod
-    def reorder_incremental_state(incremental_state: IncrementalState, new_order: Tensor, drop_left: int = 0) -> None:
-        reorder_incremental_state(incremental_state, new_order, drop_left)
+    def new_incremental_state() -> DecoderCache:
+        """An empty cache for :meth:`TransformerDecoder.forward` to fill while generating."""
+        return DecoderCache()
+
+    @staticmethod
+    def reorder_incremental_state(incremental_state: DecoderCache, new_order: Tensor, drop_left: int = 0) -> None:
+        """In place, as fairseq's models do: the cache's row b becomes its row ``new_order[b]``, without the first
+        ``drop_left`` positions (``DecoderCache.reorder`` gives a new cache instead, as the searches use it)."""
+        incremental_state.assign(incremental_state.reorder(new_order, drop_left=drop_left))

@@ -30,15 +30,15 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from nmt.allocator import release_freed_memory
 from nmt.api import TranslationModel
 from nmt.config.generate import GenerationConfig
+from nmt.cpu_speed import release_freed_memory
 from nmt.generation.inference import pad_batch
 from nmt.generation.search import Hypothesis, SourceBatch
 from nmt.serve.cores import SharedCores
 
 # A server idle this long after searching hands the memory it freed back to the system: the search keeps freed
-# blocks for its next steps (nmt.allocator), which would otherwise hold a burst's peak for the server's life.
+# blocks for its next steps (nmt.cpu_speed.memory), which would otherwise hold a burst's peak for the server's life.
 IDLE_RELEASE_SECONDS = 2.0
 # A request of at most this many sentences is small: while one waits or runs, and for SMALL_GRACE_SECONDS after,
 # a larger one holds at most this many sentences of the batch (a step of a full batch costs a lone sentence many

@@ -11,13 +11,15 @@ them into the figures a log line shows, so a criterion can log a figure of its o
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, cast
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, TypeVar, cast
 
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from nmt.models.row_buckets import bucketed_dtype, linear, padded_rows
+from nmt.cpu_speed.linear import bucketed_dtype, linear, padded_rows
+from nmt.fields import opt
 from nmt.registry import CRITERION
 
 LN2 = math.log(2.0)
@@ -203,8 +205,22 @@ def unwrap(model: nn.Module) -> nn.Module:
     return getattr(model, "module", model)
 
 
-class Criterion(nn.Module):
-    """A loss over a batch. Subclasses implement :meth:`compute` on the non-pad logits.
+@dataclass
+class CriterionOptions:
+    """The options every criterion takes: a criterion's config dataclass extends this one (the registry refuses
+    one that does not; a criterion registered without a config gets these)."""
+
+    sentence_avg: bool = opt(False, "Normalise the loss per sentence instead of per target token.")
+    project_all_positions: bool = opt(False, "Project every target position to the vocabulary, padding included "
+                                             "(by default only non-pad positions are, when the model allows it).")
+
+
+CriterionOptionsT = TypeVar("CriterionOptionsT", bound=CriterionOptions)
+
+
+class Criterion(nn.Module, Generic[CriterionOptionsT]):
+    """A loss over a batch. Subclasses implement :meth:`compute` on the non-pad logits; ``cfg`` is the criterion's
+    options, a :class:`CriterionOptions` (the type argument: ``Criterion[LabelSmoothedCrossEntropyConfig]``).
 
     Unless ``cfg.project_all_positions``: when the model offers ``features_only=True`` and
     ``output_layer``, the decoder's features are gathered at the non-pad target positions first and
@@ -215,12 +231,12 @@ class Criterion(nn.Module):
     # The figures ``forward`` logs, summed over batches and ranks; a subclass may add its own.
     logged_sums: tuple[str, ...] = ("loss", "nll_loss", "ntokens", "nsentences", "sample_size")
 
-    def __init__(self, cfg: Any, padding_idx: int):
+    def __init__(self, cfg: CriterionOptionsT, padding_idx: int):
         super().__init__()
         self.cfg = cfg
         self.padding_idx = int(padding_idx)
-        self.sentence_avg = bool(getattr(cfg, "sentence_avg", False))
-        self.project_non_pad = not bool(getattr(cfg, "project_all_positions", False))
+        self.sentence_avg = cfg.sentence_avg
+        self.project_non_pad = not cfg.project_all_positions
         # compute_projected() was written for this class's compute(): else (a user's subclass of a built-in that
         # changes compute() alone) the base's, which calls compute() on the logits
         self.own_compute_projected = _projects_its_own_compute(type(self))
@@ -300,6 +316,6 @@ def loss_metrics(sums: dict[str, float]) -> dict[str, float]:
     return {"loss": loss, "nll_loss": nll_loss, "ppl": perplexity(nll_loss)}
 
 
-def build_criterion(group: dict[str, Any], padding_idx: int) -> Criterion:
+def build_criterion(group: dict[str, Any], padding_idx: int) -> Criterion[Any]:
     """The criterion a plugin group names (``{"name": "label_smoothed_cross_entropy", "label_smoothing": 0.1}``)."""
     return CRITERION.build(group["name"], group, padding_idx)

@@ -106,9 +106,12 @@ def valid_iterator(cfg: TrainJob, subset: str, dataset: LanguagePairDataset,
 
 
 def build_model_and_criterion(cfg: TrainJob, data: TrainData) -> tuple[nn.Module, Criterion]:
+    """The model, with nmt's CPU forms of its layers on the same parameters (``nmt.cpu_speed.swap_layers``: before
+    the optimizer, and before a checkpoint's weights and random state are restored), and the criterion."""
+    from nmt.cpu_speed import swap_layers
     from nmt.models.build import build_model
     from nmt.training.criterion import build_criterion
 
-    model = build_model(cfg.model, data.src_dict, data.tgt_dict)
+    model = swap_layers(build_model(cfg.model, data.src_dict, data.tgt_dict))
     criterion = build_criterion(cfg.criterion, data.tgt_dict.pad())
     return model, criterion

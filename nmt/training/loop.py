@@ -22,12 +22,12 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from nmt.allocator import keep_built_kernels, keep_freed_memory
 from nmt.checkpoint.manager import CheckpointManager, TrainingParts
 from nmt.checkpoint.rng_state import get_rng_state
 from nmt.checkpoint.save_dir import hold_save_dir
 from nmt.config.loader import save_config
 from nmt.config.train import TrainJob
+from nmt.cpu_speed import process_settings
 from nmt.errors import NmtError
 from nmt.fileio import DiskFullError
 from nmt.plugin_loader import load_plugins
@@ -311,8 +311,7 @@ def train_worker(cfg: TrainJob, save_dir_held: bool = False) -> dict[str, Any]:
     --save-dir lock for the run unless the launcher that spawned it (``save_dir_held``) already does."""
     with preemption.stop_requests() as stop:  # first: a signal while starting up stops after update 1
         load_plugins(cfg.common.user_dir)  # a spawned worker starts with empty registries
-        keep_freed_memory()  # every update frees and re-allocates the same large activations
-        keep_built_kernels()
+        process_settings()  # every update frees and re-allocates the same large activations (nmt.cpu_speed)
         ctx = distributed.init(cfg.distributed_training)
         run = None
         finished = False

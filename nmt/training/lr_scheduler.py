@@ -7,12 +7,12 @@ and the learning rate of every update is the same whether or not training was in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic
 
 import torch
 
 from nmt.fields import opt
-from nmt.registry import LR_SCHEDULER
+from nmt.registry import LR_SCHEDULER, OptionsT
 
 
 @dataclass
@@ -24,15 +24,16 @@ class WarmupConfig:
                                 low=-1)
 
 
-class LRScheduler:
-    """Sets the optimizer's learning rate before each update.
+class LRScheduler(Generic[OptionsT]):
+    """Sets the optimizer's learning rate before each update; ``cfg`` is the schedule's own options (the type
+    argument: ``LRScheduler[InverseSqrtConfig]``).
 
     ``base_lr`` is ``--lr`` (the peak, or the factor for noam); ``model_dim`` is d_model (noam);
     ``max_update`` is ``--max-update`` (0 = unknown; cosine needs it or ``--lr-period-updates``).
     ``step_update(n)`` is called with ``n`` = updates done so far and sets the learning rate the
     next update uses; the constructor applies ``step_update(0)``."""
 
-    def __init__(self, cfg: Any, optimizer: torch.optim.Optimizer, base_lr: float, model_dim: int = 512,
+    def __init__(self, cfg: OptionsT, optimizer: torch.optim.Optimizer, base_lr: float, model_dim: int = 512,
                  max_update: int = 0):
         self.cfg = cfg
         self.optimizer = optimizer
@@ -80,6 +81,6 @@ def linear_warmup(num_updates: int, start_lr: float, peak_lr: float, warmup_upda
 
 
 def build_lr_scheduler(group: dict[str, Any], optimizer: torch.optim.Optimizer, base_lr: float,
-                       model_dim: int = 512, max_update: int = 0) -> LRScheduler:
+                       model_dim: int = 512, max_update: int = 0) -> LRScheduler[Any]:
     """The scheduler a plugin group names (``{"name": "inverse_sqrt", "warmup_updates": 4000, ...}``)."""
     return LR_SCHEDULER.build(group["name"], group, optimizer, base_lr, model_dim, max_update)

@@ -28,6 +28,7 @@ from nmt.config.train import PIPELINE, TrainJob
 from nmt.data.data_shards import first_shard
 from nmt.data.dictionary import Dictionary
 from nmt.data.language_pair_dataset import LanguagePairDataset
+from nmt.data.text_pipeline import TextPipeline
 from nmt.errors import ConfigError
 from nmt.training.distributed import DistributedContext
 
@@ -76,7 +77,7 @@ def search_options(text: str) -> GenerationConfig:
     return gen
 
 
-def _detokenizer(cfg: TrainJob, pipeline: Any, tgt: str) -> Callable[[str], str]:
+def _detokenizer(cfg: TrainJob, pipeline: TextPipeline, tgt: str) -> Callable[[str], str]:
     """The --eval-bleu-detok step: the data-bin's tokenizer or the named plugin with --eval-bleu-detok-args."""
     from nmt.data.text_pipeline import build_tokenizer
     from nmt.registry import TOKENIZER
@@ -170,9 +171,10 @@ class ValidationBleu:
         if next(model.parameters()).device.type == "cpu":
             return model
         if self.replica is None:
+            from nmt.cpu_speed import swap_layers
             from nmt.models.build import build_model
 
-            self.replica = build_model(self.cfg.model, self.data_dir.src_dict, self.data_dir.tgt_dict)
+            self.replica = swap_layers(build_model(self.cfg.model, self.data_dir.src_dict, self.data_dir.tgt_dict))
         self.replica.load_state_dict({k: v.detach().cpu() for k, v in model.state_dict().items()})
         return self.replica
 

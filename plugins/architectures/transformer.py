@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from nmt.models.architecture import Architecture
-from nmt.registry import register_arch
+from nmt.registry import NoOptions, register_arch
 
 
 def _shape(dim: int, ffn: int, layers: int, heads: int, dropout: float) -> dict[str, Any]:
@@ -21,21 +21,21 @@ def _shape(dim: int, ffn: int, layers: int, heads: int, dropout: float) -> dict[
 
 
 @register_arch("transformer_base")
-class TransformerBase(Architecture):
+class TransformerBase(Architecture[NoOptions]):
     """The paper's base model: d_model 512, 6+6 layers, 8 heads, d_ff 2048, dropout 0.1."""
 
     preset = _shape(512, 2048, 6, 8, 0.1)
 
 
 @register_arch("transformer_big")
-class TransformerBig(Architecture):
+class TransformerBig(Architecture[NoOptions]):
     """The paper's big model: d_model 1024, 6+6 layers, 16 heads, d_ff 4096, dropout 0.3."""
 
     preset = _shape(1024, 4096, 6, 16, 0.3)
 
 
 @register_arch("transformer_small")
-class TransformerSmall(Architecture):
+class TransformerSmall(Architecture[NoOptions]):
     """fairseq's IWSLT shape (transformer_iwslt_de_en): d_model 512, 6+6 layers, 4 heads, d_ff 1024;
     dropout 0.3 as in fairseq's IWSLT'14 recipe."""
 
@@ -43,7 +43,7 @@ class TransformerSmall(Architecture):
 
 
 @register_arch("transformer_tiny")
-class TransformerTiny(Architecture):
+class TransformerTiny(Architecture[NoOptions]):
     """For tests and CPU demos: d_model 64, 2+2 layers, 4 heads, d_ff 256."""
 
     preset = _shape(64, 256, 2, 4, 0.1)

@@ -17,7 +17,7 @@ from nmt.registry import NoOptions, register_attention
 
 
 @register_attention("additive")
-class AdditiveAttention(AttentionBase):
+class AdditiveAttention(AttentionBase[NoOptions]):
     """v^T tanh(W_q q + W_k k) scores, softmax over keys, weighted sum of values."""
 
     supports_key_dim = True
@@ -33,6 +33,5 @@ class AdditiveAttention(AttentionBase):
         hidden = torch.tanh(q.unsqueeze(3) + k.unsqueeze(2))  # (B, H, T, S, d_k)
         scores = hidden @ self.score_vector[None, :, None, :, None]  # (B, H, T, S, 1)
         mask = allowed_mask(T, S, key_padding_mask, causal, q.device)
-        dropout = self.dropout if self.training else 0.0
-        out, weights = softmax_attention(scores.squeeze(-1), v, mask, dropout, self.training)  # (B, H, T, D)
+        out, weights = softmax_attention(scores.squeeze(-1), v, mask, self.attention_dropout)  # (B, H, T, D)
         return out, (weights if need_weights else None)

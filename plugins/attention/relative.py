@@ -28,7 +28,6 @@ from torch import Tensor, nn
 
 from nmt.fields import opt
 from nmt.models.attention import AttentionBase, allowed_mask, attention_weights
-from nmt.models.dropout import dropout
 from nmt.registry import register_attention
 
 
@@ -47,7 +46,7 @@ class RelativeConfig:
 
 
 @register_attention("relative", config=RelativeConfig)
-class RelativePositionAttention(AttentionBase):
+class RelativePositionAttention(AttentionBase[RelativeConfig]):
     """Self-attention with learned relative-position keys and values (Shaw et al. 2018)."""
 
     supports_cross_attention = False
@@ -72,7 +71,7 @@ class RelativePositionAttention(AttentionBase):
         position = (q @ self.relative_keys.t()).gather(-1, index)  # (B, H, T, 2k+1) -> (B, H, T, S)
         mask = allowed_mask(T, S, key_padding_mask, causal, q.device)
         weights = attention_weights((content + position) * self.scale, mask).to(v.dtype)  # (B, H, T, S)
-        alpha = dropout(weights, self.dropout, self.training)  # (B, H, T, S)
+        alpha = self.attention_dropout(weights)  # (B, H, T, S)
         # A clipped bucket sums up to S weights: in fp32 under bf16/fp16 autocast, as the softmax.
         acc = torch.float32 if alpha.dtype in (torch.float16, torch.bfloat16) else alpha.dtype
         per_bucket = alpha.new_zeros(B, H, T, self.relative_values.size(0), dtype=acc)  # (B, H, T, 2k+1)

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from nmt.fields import opt
 from nmt.models.attention import AttentionBase, softmax_attention
+from nmt.models.decoder_cache import CacheEntry
 from nmt.registry import register_attention
 
 MIN_BLOCK = 32  # query block size floor: tiny blocks waste time in per-block overhead
@@ -35,7 +36,7 @@ class RestrictedConfig:
 
 
 @register_attention("restricted", config=RestrictedConfig)
-class RestrictedAttention(AttentionBase):
+class RestrictedAttention(AttentionBase[RestrictedConfig]):
     """Self-attention limited to a neighbourhood of r positions (O(r*n*d) cost)."""
 
     supports_cross_attention = False
@@ -45,13 +46,14 @@ class RestrictedAttention(AttentionBase):
         super().__init__(cfg, embed_dim, num_heads, **kwargs)
         self.window = cfg.attention_window
 
-    def cache_append(self, cached: Optional[dict], k: Tensor, v: Tensor) -> tuple[dict, Tensor, Tensor]:
-        """Keeps only the last r + 1 keys: O(r) memory and work per generated token."""
+    def cache_append(self, cached: Optional[CacheEntry], k: Tensor, v: Tensor) -> tuple[CacheEntry, Tensor, Tensor]:
+        """Keeps only the last r + 1 keys (an entry without a length: all of it is filled): O(r) memory and
+        work per generated token."""
         if cached is not None:
-            k = torch.cat([cached["k"], k], dim=2)  # (B, H, <= r + 1 + T, D)
-            v = torch.cat([cached["v"], v], dim=2)
+            k = torch.cat([cached.k, k], dim=2)  # (B, H, <= r + 1 + T, D)
+            v = torch.cat([cached.v, v], dim=2)
         keep = self.window + 1  # the next query sees these r keys and itself
-        return {"k": k[:, :, -keep:], "v": v[:, :, -keep:]}, k, v
+        return CacheEntry(k[:, :, -keep:], v[:, :, -keep:]), k, v
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], causal: bool,
                need_weights: bool) -> tuple[Tensor, Optional[Tensor]]:
@@ -62,7 +64,7 @@ class RestrictedAttention(AttentionBase):
             if key_padding_mask is not None:
                 mask = mask & ~key_padding_mask[:, None, None, :]  # (B, 1, T, S)
             if need_weights:
-                return softmax_attention((q @ k.transpose(-2, -1)) * self.scale, v, mask, dropout, self.training)
+                return softmax_attention((q @ k.transpose(-2, -1)) * self.scale, v, mask, self.attention_dropout)
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
         return self._blockwise(q, k, v, key_padding_mask, causal, need_weights, dropout)
 
@@ -90,7 +92,7 @@ class RestrictedAttention(AttentionBase):
             out = F.scaled_dot_product_attention(q5, k5, v5, attn_mask=mask, dropout_p=dropout)  # (B,H,nb,b,D)
             return out.reshape(B, H, Tp, D)[:, :, :T], None
         scores = (q5 @ k5.transpose(-2, -1)) * self.scale  # (B, H, nb, b, width)
-        out, w5 = softmax_attention(scores, v5, mask, dropout, self.training)
+        out, w5 = softmax_attention(scores, v5, mask, self.attention_dropout)
         dense = q.new_zeros(B, H, Tp, Tp + left + right)  # only for inspection: O(n^2) by design
         for n in range(nb):
             dense[:, :, n * b:(n + 1) * b, n * b:n * b + width] = w5[:, :, n]

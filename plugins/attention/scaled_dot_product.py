@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nmt.models.attention import AttentionBase, allowed_mask, explicit_attention
-from nmt.registry import register_attention
+from nmt.registry import NoOptions, register_attention
 
 FEW_QUERIES = 16  # up to this many queries per row, the explicit product is faster on the CPU ...
 TINY = 10  # ... unless the batch has at most this many queries in all (one sentence's beams): one fused call is
@@ -22,7 +22,7 @@ TINY = 10  # ... unless the batch has at most this many queries in all (one sent
 
 
 @register_attention("scaled_dot_product")
-class ScaledDotProductAttention(AttentionBase):
+class ScaledDotProductAttention(AttentionBase[NoOptions]):
     """softmax(QK^T/sqrt(d_k))V with h heads (fused kernel unless weights are requested)."""
 
     supports_key_dim = True
@@ -43,7 +43,7 @@ class ScaledDotProductAttention(AttentionBase):
         explicit_on_cpu = ((T <= FEW_QUERIES and (torch.compiler.is_compiling() or q.size(0) * T > TINY))
                            or (torch.is_grad_enabled() and q.requires_grad))
         if need_weights or (not q.is_cuda and explicit_on_cpu):
-            out, weights = explicit_attention(q, k, v, key_padding_mask, causal, self.scale, dropout, self.training)
+            out, weights = explicit_attention(q, k, v, key_padding_mask, causal, self.scale, self.attention_dropout)
             return out, (weights if need_weights else None)  # (B, H, T, D), (B, H, T, S) or None
         if causal and T == S and key_padding_mask is None:  # no mask is materialised
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True), None

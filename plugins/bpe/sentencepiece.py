@@ -93,7 +93,7 @@ def _learning_error(message: str, cfg: SentencePieceConfig) -> Exception:
 
 @register_bpe("sentencepiece", config=SentencePieceConfig,
               help="Unigram or BPE pieces with sentencepiece, on raw text (pip install 'nmt[sentencepiece]').")
-class SentencePieceBPE(BPE):
+class SentencePieceBPE(BPE[SentencePieceConfig]):
     codes_file = "spm.model"
     learns_from_text = True
 

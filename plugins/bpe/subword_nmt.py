@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import inspect
 import io
 import itertools
 import re
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -25,8 +25,11 @@ SEPARATOR = "@@"
 # request would grow without bound, so past this many words the cache starts again; a corpus' frequent words
 # are back in it within a few lines
 CACHED_WORDS = 1 << 16
-# The one call that takes ~70% of subword-nmt's learning time: a Python lambda per pair per merge.
-_ARGMAX_CALL = "max(stats, key=lambda x: (stats[x], x))"
+# subword-nmt's learner spends most of its time in one call, max(stats, key=lambda x: (stats[x], x)): a Python
+# lambda per pair per merge. In the releases listed here every keyed max() of learn_bpe.py is that call (checked in
+# their source), so _fast_argmax may replace it; any other release, or a copy installed without its metadata, learns
+# unpatched. tests/test_subword_nmt_learning.py checks that both ways give the same codes.
+PATCHED_VERSIONS = frozenset({"0.3.8"})
 
 
 def _argmax_count_then_pair(*args: Any, **kwargs: Any) -> Any:
@@ -41,24 +44,26 @@ def _argmax_count_then_pair(*args: Any, **kwargs: Any) -> Any:
     return builtins.max(itertools.compress(stats, map(best.__eq__, stats.values())))
 
 
+def _patchable() -> bool:
+    """Whether the installed subword-nmt is a release whose learner the C argmax was checked against."""
+    try:
+        return metadata.version("subword-nmt") in PATCHED_VERSIONS
+    except metadata.PackageNotFoundError:
+        return False
+
+
 @contextlib.contextmanager
-def _fast_argmax() -> Iterator[None]:
-    """Give subword-nmt's learn_bpe module the C argmax while it learns, if its source still has
-    exactly the call it replaces (another subword-nmt version simply runs unpatched)."""
+def _fast_argmax() -> Iterator[bool]:
+    """While it learns, subword-nmt's learn_bpe module gets the C argmax (True) if its release is one of
+    PATCHED_VERSIONS; else it runs as it is (False)."""
+    if not _patchable():
+        yield False
+        return
     from subword_nmt import learn_bpe as module
 
-    try:
-        source = inspect.getsource(module)
-        # every keyed max() in that module must be the one call replaced, or nothing is patched
-        applies = 0 < source.count(_ARGMAX_CALL) == len(re.findall(r"\bmax\([^()]*key=", source))
-    except (OSError, TypeError):
-        applies = False
-    if not applies:
-        yield
-        return
     module.max = _argmax_count_then_pair  # a module global shadows the builtin inside that module
     try:
-        yield
+        yield True
     finally:
         del module.max
 
@@ -99,7 +104,7 @@ class SubwordNmtConfig:
 
 
 @register_bpe("subword_nmt", config=SubwordNmtConfig, help="BPE with subword-nmt (separator @@).")
-class SubwordNmtBPE(BPE):
+class SubwordNmtBPE(BPE[SubwordNmtConfig]):
     def __init__(self, cfg: SubwordNmtConfig, codes_path: Path | None):
         super().__init__(cfg, codes_path)
         if codes_path is None or not Path(codes_path).is_file():

@@ -6,20 +6,22 @@ from dataclasses import dataclass
 
 import torch
 
-from nmt.fields import opt
 from nmt.registry import register_criterion
-from nmt.training.criterion import Criterion, label_smoothed_nll_loss, projected_label_smoothed_nll_loss
+from nmt.training.criterion import (
+    Criterion,
+    CriterionOptions,
+    label_smoothed_nll_loss,
+    projected_label_smoothed_nll_loss,
+)
 
 
 @dataclass
-class CrossEntropyConfig:
-    sentence_avg: bool = opt(False, "Normalise the loss per sentence instead of per target token.")
-    project_all_positions: bool = opt(False, "Project every target position to the vocabulary, padding included "
-                                             "(by default only non-pad positions are, when the model allows it).")
+class CrossEntropyConfig(CriterionOptions):
+    """Only the options every criterion takes."""
 
 
 @register_criterion("cross_entropy", config=CrossEntropyConfig)
-class CrossEntropy(Criterion):
+class CrossEntropy(Criterion[CrossEntropyConfig]):
     """Cross-entropy of the gold target tokens, padding ignored."""
 
     def compute(self, logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

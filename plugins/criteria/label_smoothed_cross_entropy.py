@@ -8,21 +8,23 @@ import torch
 
 from nmt.fields import opt
 from nmt.registry import register_criterion
-from nmt.training.criterion import Criterion, label_smoothed_nll_loss, projected_label_smoothed_nll_loss
+from nmt.training.criterion import (
+    Criterion,
+    CriterionOptions,
+    label_smoothed_nll_loss,
+    projected_label_smoothed_nll_loss,
+)
 
 
 @dataclass
-class LabelSmoothedCrossEntropyConfig:
+class LabelSmoothedCrossEntropyConfig(CriterionOptions):
     label_smoothing: float = opt(0.1, "Probability mass taken from the gold token and spread evenly over the "
                                       "other V-1 vocabulary entries (fairseq's definition; 0 = plain cross-entropy).",
                                   low=0, high=1, high_open=True)
-    sentence_avg: bool = opt(False, "Normalise the loss per sentence instead of per target token.")
-    project_all_positions: bool = opt(False, "Project every target position to the vocabulary, padding included "
-                                             "(by default only non-pad positions are, when the model allows it).")
 
 
 @register_criterion("label_smoothed_cross_entropy", config=LabelSmoothedCrossEntropyConfig)
-class LabelSmoothedCrossEntropy(Criterion):
+class LabelSmoothedCrossEntropy(Criterion[LabelSmoothedCrossEntropyConfig]):
     """Cross-entropy with label smoothing; the logged nll_loss is the unsmoothed one."""
 
     def __init__(self, cfg: LabelSmoothedCrossEntropyConfig, padding_idx: int):

@@ -20,7 +20,7 @@ class CosineConfig(WarmupConfig):
 
 
 @register_lr_scheduler("cosine", config=CosineConfig)
-class CosineSchedule(LRScheduler):
+class CosineSchedule(LRScheduler[CosineConfig]):
     """lr(n) = min_lr + (lr - min_lr) * (1 + cos(pi * (n - warmup) / period)) / 2 after the warmup."""
 
     def __init__(self, cfg: CosineConfig, optimizer: torch.optim.Optimizer, base_lr: float,

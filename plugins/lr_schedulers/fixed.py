@@ -14,7 +14,7 @@ class FixedConfig:
 
 
 @register_lr_scheduler("fixed", config=FixedConfig)
-class FixedSchedule(LRScheduler):
+class FixedSchedule(LRScheduler[FixedConfig]):
     """lr(n) = --lr."""
 
     def lr_at(self, num_updates: int) -> float:

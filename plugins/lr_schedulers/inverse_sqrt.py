@@ -16,7 +16,7 @@ class InverseSqrtConfig(WarmupConfig):
     """A warmup, then decay with the inverse square root of the update number."""
 
 @register_lr_scheduler("inverse_sqrt", config=InverseSqrtConfig)
-class InverseSqrtSchedule(LRScheduler):
+class InverseSqrtSchedule(LRScheduler[InverseSqrtConfig]):
     """lr(n) = init + n * (lr - init) / warmup for n < warmup, then lr * sqrt(warmup) / sqrt(n)."""
 
     def __init__(self, cfg: InverseSqrtConfig, optimizer: torch.optim.Optimizer, base_lr: float,

@@ -17,7 +17,7 @@ class NoamConfig:
 
 
 @register_lr_scheduler("noam", config=NoamConfig)
-class NoamSchedule(LRScheduler):
+class NoamSchedule(LRScheduler[NoamConfig]):
     """lr(n) = --lr * d_model^-0.5 * min(n^-0.5, n * warmup^-1.5); peaks at n = warmup.
 
     The paper counts steps from 1, so n = 0 (before the first update) is read as 1: the first

@@ -11,7 +11,7 @@ from nmt.registry import NoOptions, register_positional
 
 
 @register_positional("learned")
-class LearnedPositional(PositionalBase):
+class LearnedPositional(PositionalBase[NoOptions]):
     """One trained vector per position, up to the configured maximum."""
 
     def __init__(self, cfg: NoOptions, embed_dim: int, max_positions: int, option: str = "--max-source-positions"):

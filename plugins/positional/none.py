@@ -12,7 +12,7 @@ from nmt.registry import NoOptions, register_positional
 
 
 @register_positional("none")
-class NoPositional(PositionalBase):
+class NoPositional(PositionalBase[NoOptions]):
     """Adds nothing (zeros of the embedding size)."""
 
     zero: Tensor  # a buffer

@@ -25,7 +25,7 @@ def sinusoid_table(length: int, dim: int, device: torch.device | None = None) ->
 
 
 @register_positional("sinusoidal")
-class SinusoidalPositional(PositionalBase):
+class SinusoidalPositional(PositionalBase[NoOptions]):
     """Fixed sinusoids; the table grows on demand and is not saved in checkpoints."""
 
     first_position = 0  # the table row of position 0 (a subclass may number positions from elsewhere)

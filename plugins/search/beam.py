@@ -42,7 +42,7 @@ class Beams(Rows):
 
 
 @register_search("beam")
-class BeamSearch(Search):
+class BeamSearch(Search[NoOptions]):
     """Beam search with fairseq's length penalty (--beam, --lenpen, --nbest); --beam 1 is greedy."""
 
     # Starting waiting sentences in the rows of finished ones (Search.search_stream) is off for
@@ -129,7 +129,7 @@ class BeamSearch(Search):
         return started, done, len(ids)
 
     def _merge(self, ens: EnsembleModel, a: Beams, b: Beams,
-               merged: Optional[tuple[list[Any], list[dict]]] = None) -> Beams:
+               merged: Optional[tuple[list[Any], list[Any]]] = None) -> Beams:
         """One Beams holding ``a``'s sentences then ``b``'s (``merged``: their encoder outputs and caches, already
         merged)."""
         return Beams(**a.merged_fields(b, ens, self.sp.pad, merged), ids=a.ids + b.ids,
@@ -155,7 +155,7 @@ class BeamSearch(Search):
         rows = self._rows_of(sentences)  # (n'*k,)
         enc_rows = sentences if ens.can_share_encoder else rows
         drop = int(beams.pads[rows].min())
-        states = ens.reorder_states([dict(s) for s in beams.states], rows, encoder_order=enc_rows, drop_left=drop)
+        states = ens.reorder_states(beams.states, rows, encoder_order=enc_rows, drop_left=drop)  # beams: unchanged
         fields = beams.selected_fields(rows, drop, ens.reorder_encoder(beams.encs, enc_rows), states)
         chosen = sentences.tolist()
         return Beams(**fields, ids=[beams.ids[i] for i in chosen], n_done=beams.n_done[sentences],

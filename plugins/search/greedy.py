@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 
 from nmt.generation.path_search import PathSearch
-from nmt.registry import register_search
+from nmt.registry import NoOptions, register_search
 
 
 @register_search("greedy")
-class GreedySearch(PathSearch):
+class GreedySearch(PathSearch[NoOptions]):
     """Greedy decoding (what --beam 1 runs)."""
 
     def choose(self, lprobs: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ class SamplingConfig:
 
 
 @register_search("sampling", config=SamplingConfig)
-class SamplingSearch(PathSearch):
+class SamplingSearch(PathSearch[SamplingConfig]):
     """Random sampling, seeded by --seed: the same seed gives the same samples."""
 
     def __init__(self, cfg: SamplingConfig, gen: GenerationConfig, specials: Specials, seed: int = 1):

@@ -17,7 +17,7 @@ class MosesConfig:
 
 
 @register_tokenizer("moses", config=MosesConfig, help="Moses tokenizer (sacremoses, no escaping).")
-class MosesTokenizer(Tokenizer):
+class MosesTokenizer(Tokenizer[MosesConfig]):
     def __init__(self, cfg: MosesConfig, lang: str):
         super().__init__(cfg, lang)
         from sacremoses import MosesDetokenizer, MosesTokenizer as _Tok

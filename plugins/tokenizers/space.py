@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from nmt.data.text_pipeline import Tokenizer
-from nmt.registry import register_tokenizer
+from nmt.registry import NoOptions, register_tokenizer
 
 
 @register_tokenizer("space", help="Text is already tokenized: split on whitespace.")
-class SpaceTokenizer(Tokenizer):
+class SpaceTokenizer(Tokenizer[NoOptions]):
     identity = True
 
     def encode(self, line: str) -> str:

@@ -1,4 +1,4 @@
-"""Linear layers whose bf16/fp16 products on the CPU run on a few row counts.
+"""Linear products on the CPU: bf16/fp16 products on a few row counts, and weights packed in oneDNN's layout.
 
 On the CPU, torch runs bf16 (and fp16) matrix products through oneDNN, which builds a kernel for each
 shape: milliseconds per product on first sight and a megabyte or two kept per shape in its primitive
@@ -14,14 +14,17 @@ step as sentences finish, runs faster with the same hypotheses. Padded rows are
 zero, so they change no real row's output and add nothing to the weight's gradient. fp32 (MKL builds
 nothing per shape) and CUDA (nor does cuBLAS) go through ``F.linear`` unchanged.
 
-For bf16 inference the weights can also be held in oneDNN's own layout (:func:`pack_weight`, which
-``nmt-generate --bf16`` does once at load): a product of a few rows then reads them as a stream instead of
-reordering the plain matrix on every call: for weights that are not in the cache, about half the time or
-less, with the same results bit for bit (docs/generation.md). fp32 inference (nmt-generate without --bf16)
-packs its weights too: oneDNN's fp32 kernels on its own layout beat MKL's on the plain matrix for every shape
-a decoding step has (benchmarks/RESULTS.md, decoding_levers). Those results differ
-from MKL's in the last bits (about 3e-6), and fp32 packed products also take the bucketed row counts, since
-oneDNN builds a kernel per shape in fp32 as in bf16.
+For inference the weights can also be held in oneDNN's own layout (:func:`pack_weight`, which nmt-generate
+does once at load): a product of a few rows then reads them as a stream instead of reordering the plain
+matrix on every call: for weights that are not in the cache, about half the time or less. In bf16 the results
+are the same bit for bit (docs/generation.md). fp32 packs too: oneDNN's fp32 kernels on its own layout beat
+MKL's on the plain matrix for every shape a decoding step has (benchmarks/RESULTS.md, decoding_levers); their
+results differ from MKL's in the last bits (about 3e-6), and fp32 packed products also take the bucketed row
+counts, since oneDNN builds a kernel per shape in fp32 as in bf16.
+
+:class:`BucketedLinear` is ``nn.Linear`` with these products, :class:`BucketedProjection` and
+:class:`PackedProjection` the decoder's output product with them; ``nmt.cpu_speed.swap_layers`` puts them in
+a plain model, on the same parameters.
 """
 
 from __future__ import annotations
@@ -144,6 +147,15 @@ class BucketedLinear(nn.Linear):
 
     packed: Optional[Tensor] = None  # the weight in oneDNN's layout (inference), not part of the state dict
 
+    @classmethod
+    def sharing(cls, layer: nn.Linear) -> BucketedLinear:
+        """A BucketedLinear holding ``layer``'s own weight and bias Parameters (an optimizer built on either sees
+        the same tensors), in ``layer``'s train/eval mode."""
+        out = cls(layer.in_features, layer.out_features, bias=layer.bias is not None, device="meta")
+        out.weight = layer.weight
+        out.bias = layer.bias
+        return out.train(layer.training)
+
     def forward(self, x: Tensor) -> Tensor:
         if self.packed is not None and x.dtype is self.weight.dtype and not torch.is_grad_enabled():
             return packed_linear(x, self.packed, self.bias, self.out_features)
@@ -154,12 +166,24 @@ class BucketedLinear(nn.Linear):
         self.packed = pack_weight(self.weight)
         return self.packed is not None
 
-    def plain(self) -> nn.Linear:
-        """An ``nn.Linear`` holding the same parameters (for tools that take that class only)."""
-        out = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None, device="meta")
-        out.weight = self.weight
-        out.bias = self.bias
-        return out
+
+class BucketedProjection(nn.Module):
+    """The decoder's output product ``F.linear(x, weight)`` through :func:`linear` (bucketed rows in CPU bf16/fp16),
+    as ``TransformerDecoder.output_projection``. ``weight`` is the decoder's own ``output_weight`` Parameter
+    (the embeddings' when tied), held here as a plain attribute, not registered: the state dict and the
+    parameters are unchanged, and the model's ``output_matrix()`` still offers that matrix to the loss."""
+
+    weight: Tensor
+
+    def __init__(self, weight: Tensor):
+        super().__init__()
+        self.__dict__["weight"] = weight  # (V, C); nn.Module's __setattr__ would register a Parameter
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight)  # (..., V)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.weight.size(1)}, out_features={self.weight.size(0)}, shares output_weight"
 
 
 class PackedProjection(nn.Module):

@@ -1,6 +1,6 @@
-"""Linear products on bucketed row counts under CPU bf16 autocast (nmt/models/row_buckets.py): the buckets,
+"""Linear products on bucketed row counts under CPU bf16 autocast (nmt/cpu_speed/linear.py): the buckets,
 the shapes the products really get, results equal to F.linear's, and a model's loss and gradients
-unchanged by it."""
+unchanged by it; packed weights for inference."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import nmt.cpu_speed.linear as bucketed
 from fake_dictionary import FakeDict
-from nmt.models import build_model, row_buckets
-from nmt.models.row_buckets import BucketedLinear, bucket_rows, linear
+from nmt.cpu_speed import swap_layers
+from nmt.cpu_speed.linear import BucketedLinear, bucket_rows, linear
+from nmt.models import build_model
 from nmt.plugin_loader import load_plugins
 
 load_plugins()
@@ -106,14 +108,14 @@ def test_a_models_bf16_loss_and_gradients_do_not_change(monkeypatch):
 
     def loss_and_grads():
         torch.manual_seed(0)
-        model = build_model(cfg, FakeDict(50), FakeDict(50)).train()
+        model = swap_layers(build_model(cfg, FakeDict(50), FakeDict(50)).train())
         with torch.autocast("cpu", dtype=torch.bfloat16):
             logits = model(src, None, prev)  # (B, T, V)
         loss = F.cross_entropy(logits.float().flatten(0, 1), prev.flatten())
         loss.backward()
         return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
-    monkeypatch.setattr(row_buckets, "bucket_rows", lambda n: n)
+    monkeypatch.setattr(bucketed, "bucket_rows", lambda n: n)
     loss_plain, grads_plain = loss_and_grads()
     monkeypatch.undo()
     loss_bucketed, grads_bucketed = loss_and_grads()
@@ -122,11 +124,16 @@ def test_a_models_bf16_loss_and_gradients_do_not_change(monkeypatch):
         torch.testing.assert_close(grads_bucketed[name], grad, rtol=0.05, atol=2e-3, msg=name)
 
 
-def test_plain_shares_the_parameters():
-    layer = BucketedLinear(6, 3)
-    plain = layer.plain()
-    assert type(plain) is torch.nn.Linear and plain.weight is layer.weight and plain.bias is layer.bias
-    assert BucketedLinear(6, 3, bias=False).plain().bias is None
+def test_a_bucketed_layer_shares_a_plain_layers_parameters_and_mode():
+    torch.manual_seed(0)
+    plain = torch.nn.Linear(6, 3).eval()
+    rng = torch.get_rng_state()
+    layer = BucketedLinear.sharing(plain)
+    assert torch.equal(torch.get_rng_state(), rng)  # built on the meta device: no random draw
+    assert layer.weight is plain.weight and layer.bias is plain.bias and not layer.training
+    x = torch.randn(4, 6)
+    assert torch.equal(layer(x), plain(x))
+    assert BucketedLinear.sharing(torch.nn.Linear(6, 3, bias=False)).bias is None
 
 
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
@@ -176,20 +183,20 @@ def test_packed_weights_serve_inference_only():
 
 @needs_onednn
 def test_a_packed_bf16_model_decodes_the_same_with_the_same_state_dict():
-    from nmt.generation.inference import pack_linear_layers
-    from nmt.models.row_buckets import PackedProjection
+    from nmt.cpu_speed.apply import pack_layers
+    from nmt.cpu_speed.linear import PackedProjection
 
     cfg = dict(encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_layers=2, encoder_attention_heads=2,
                decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=2, decoder_attention_heads=2,
                dropout=0.0, max_source_positions=64, max_target_positions=64)
     torch.manual_seed(0)
-    model = build_model(cfg, FakeDict(50), FakeDict(50)).eval().to(torch.bfloat16)
+    model = swap_layers(build_model(cfg, FakeDict(50), FakeDict(50)).eval()).to(torch.bfloat16)
     g = torch.Generator().manual_seed(3)
     src, prev = torch.randint(4, 50, (3, 7), generator=g), torch.randint(4, 50, (3, 9), generator=g)
     keys = set(model.state_dict())
     with torch.inference_mode():
         plain = model(src, None, prev)
-        pack_linear_layers(model)
+        pack_layers(model)
         packed = model(src, None, prev)
     assert isinstance(model.decoder.output_projection, PackedProjection)
     assert sum(isinstance(m, BucketedLinear) and m.packed is not None for m in model.modules()) > 0

@@ -7,13 +7,15 @@ mask costs a third of the time (docs/training.md). The keep probability is round
 1/65,536 and the kept values are scaled by its exact inverse, so the expected output is still the input.
 The draws come from torch's default generator, which checkpoints save and restore, so a resumed run is
 still exact. Other devices use torch's own dropout (a fused kernel on GPUs).
+
+:class:`LaneDropout` is ``nn.Dropout`` with this mask; ``nmt.cpu_speed.swap_layers`` puts it in a plain model.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 _LEVELS = 1 << 16  # a 16-bit lane of a random int64 per element
 
@@ -30,3 +32,15 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     lanes = torch.randint(-(1 << 63), (1 << 63) - 1, ((n + 3) // 4,), dtype=torch.int64).view(torch.int16)
     keep = lanes[:n].view(x.shape) >= dropped - (_LEVELS // 2)  # int16 lanes are uniform on [-32768, 32767]
     return x * keep.to(x.dtype).mul_(_LEVELS / (_LEVELS - dropped))
+
+
+class LaneDropout(nn.Dropout):
+    """``nn.Dropout`` (same ``p``, same train/eval switch) whose mask is :func:`dropout`'s."""
+
+    @classmethod
+    def replacing(cls, module: nn.Dropout) -> LaneDropout:
+        """A LaneDropout with ``module``'s rate, in its train/eval mode."""
+        return cls(module.p).train(module.training)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return dropout(x, self.p, self.training)

@@ -1,4 +1,5 @@
-"""Keep freed memory in the process while translating or training (glibc on Linux; elsewhere nothing).
+"""Keep freed memory and built kernels in the process while translating or training (glibc on Linux; elsewhere
+nothing for the memory).
 
 Every decoding step allocates and frees tensors of tens of megabytes: the logits of all beams over the
 vocabulary, their fp32 copy, the log-probabilities; every training update does the same with its activations
@@ -7,7 +8,7 @@ threshold, trimming the top of the heap), so the next step faults them back in p
 sizeable share of a search's time, and of a training update's, goes to those page faults
 (benchmarks/RESULTS.md, decoding_levers and train_vs_fairseq). PyTorch's CPU performance guide suggests
 preloading jemalloc or tcmalloc for this; asking glibc to keep what it frees needs nothing installed. The
-cost: the process keeps its peak heap until it exits, or until it calls ``release_freed_memory`` (nmt-serve
+cost: the process keeps its peak heap until it exits, or until it calls :func:`release_freed_memory` (nmt-serve
 does when idle after a burst, which it would otherwise hold for good).
 
 The same holds for the kernels oneDNN builds for bf16 products, one per shape: its cache keeps 1,024, and

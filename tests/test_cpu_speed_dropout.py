@@ -1,5 +1,5 @@
-"""nmt.models.dropout: the CPU mask from 16-bit lanes keeps the expectation, the rate and the seeding of
-torch's dropout, and its gradient is the same mask."""
+"""nmt.cpu_speed.dropout: the CPU mask from 16-bit lanes keeps the expectation, the rate and the seeding of
+torch's dropout, and its gradient is the same mask; LaneDropout is nn.Dropout with that mask."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt.models.dropout import dropout
+from nmt.cpu_speed.dropout import LaneDropout, dropout
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
@@ -53,3 +53,16 @@ def test_off_and_edge_cases_are_torch_s():
     torch.manual_seed(0)
     y = dropout(x.to(torch.bfloat16), 0.1, True)
     assert y.dtype == torch.bfloat16
+
+
+def test_the_module_is_nn_dropout_with_the_lane_mask():
+    plain = torch.nn.Dropout(0.2).eval()
+    lane = LaneDropout.replacing(plain)
+    assert isinstance(lane, torch.nn.Dropout) and lane.p == 0.2 and not lane.training
+    x = torch.ones(64, 64)
+    assert lane(x) is x  # eval: the input itself, as nn.Dropout's
+    lane.train()
+    torch.manual_seed(3)
+    masked = lane(x)
+    torch.manual_seed(3)
+    assert torch.equal(masked, dropout(x, 0.2, True))
