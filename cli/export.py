@@ -4,6 +4,8 @@ safetensors weights, config, dictionaries, tokenizer and BPE codes, and a model 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from nmt.cli.common import config_command
@@ -13,8 +15,17 @@ from nmt.errors import UsageError
 
 def run(cfg: ExportJob) -> None:
     from nmt.data.data_dir import resolve_destdir
+    from nmt.engines.export import parse_with
     from nmt.generation.loading import checkpoint_paths
+    from nmt.model_folder.layout import is_model_folder
 
+    names = parse_with(cfg.engines) if cfg.engines is not None else []
+    if names and cfg.format == "ctranslate2":
+        raise UsageError("--with adds engines to an nmt model folder; --format ctranslate2 writes a CTranslate2 "
+                         "folder alone: drop one of them (--with ctranslate2 puts one inside the model folder)")
+    if names and cfg.path and is_model_folder(cfg.path):
+        _add_engines(cfg, cfg.path, names)
+        return
     if not cfg.output:
         raise UsageError("--output DIR is required: the model folder to write")
     resolve_destdir(cfg.output, "--output")  # at once: not the root, not a file, not under a file
@@ -23,23 +34,46 @@ def run(cfg: ExportJob) -> None:
         _export_ctranslate2(cfg, paths, cfg.output)
         return
     from nmt.model_folder.export import export_model_folder
-    from nmt.model_folder.layout import is_model_folder
     from nmt.model_folder.output import files_kept
 
     if any(is_model_folder(p) for p in paths):
         raise UsageError(f"--path {cfg.path}: already a model folder; --format nmt exports checkpoints "
-                         "(copy the folder, or use --format ctranslate2)")
+                         "(copy the folder, add engines to it with --with, or use --format ctranslate2)")
     if cfg.quantization:
         raise UsageError("--quantization applies to --format ctranslate2; for a smaller nmt folder use --bf16")
     if not cfg.data:
         raise UsageError("DATA is required: the data-bin the checkpoint was trained on")
+    engines = None
+    if names:
+        from nmt.data.data_bin import open_data_dir
+        from nmt.engines.export import engine_writer, marker_files
+
+        data = open_data_dir(cfg.data, cfg.source_lang, cfg.target_lang)
+        engines = engine_writer(names, data.src_dict, data.tgt_dict)
     out = export_model_folder(paths, cfg.data, cfg.output, bf16=cfg.bf16, scores=cfg.scores, force=cfg.force,
-                              source_lang=cfg.source_lang, target_lang=cfg.target_lang)
-    click.echo(f"exported {', '.join(paths)} into {out} (load it with nmt.load, nmt-serve or nmt-interactive)")
+                              source_lang=cfg.source_lang, target_lang=cfg.target_lang, engines=engines,
+                              engine_files=marker_files(names) if names else ())
+    with_engines = f" with {', '.join(f'{n}/' for n in names)}" if names else ""
+    click.echo(f"exported {', '.join(paths)} into {out}{with_engines} (load it with nmt.load, nmt-serve or "
+               "nmt-interactive)")
     kept = files_kept(out)
     if kept:
         click.echo(f"left {', '.join(kept[:6])}{', ...' if len(kept) > 6 else ''} in {out} as they were (nmt-export "
                    "did not write them)")
+
+
+def _add_engines(cfg: ExportJob, folder: str, names: list[str]) -> None:
+    """``--path MODEL_DIR --with NAME``: the engines added to the folder in place."""
+    from nmt.engines.export import add_engines
+
+    if cfg.output and Path(cfg.output).resolve() != Path(folder).resolve():
+        raise UsageError(f"--output {cfg.output}: --with adds engines to the model folder --path {folder} in place; "
+                         "drop --output (or give the same folder), or copy the folder first")
+    if cfg.bf16 or cfg.scores or cfg.quantization:
+        raise UsageError("--bf16, --scores and --quantization apply when a folder is exported from checkpoints; "
+                         f"--path {folder} --with adds engines to the folder as it is")
+    out = add_engines(folder, names, force=cfg.force)
+    click.echo(f"added {', '.join(f'{n}/' for n in names)} to {out}")
 
 
 def _export_ctranslate2(cfg: ExportJob, paths: list[str], output: str) -> None:

@@ -7,6 +7,7 @@ import contextlib
 import copy
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, ContextManager, Iterable, Iterator
 
@@ -80,7 +81,11 @@ def _start_workers(cfg: GenerateJob) -> ContextManager[Any]:
 
     if cfg.workers == 1:
         return contextlib.nullcontext()
+    if cfg.inference.engine not in ("auto", "torch"):
+        raise UsageError(f"--workers {cfg.workers}: worker processes run the torch engine; --engine "
+                         f"{cfg.inference.engine} runs in one process (give it --threads), or drop --engine")
     worker = copy.deepcopy(cfg)
+    worker.inference.engine = "torch"
     if not worker.inference.threads:
         worker.inference.threads = cores_per_process(cfg.workers)
     return GenerateWorkers(worker, cfg.workers, _needs_attention(cfg))
@@ -103,16 +108,15 @@ def _generate(cfg: GenerateJob, workers: Any, wall: float) -> None:
     from nmt.data.data_bin import open_data_dir
     from nmt.data.language_pair_dataset import load_language_pair
     from nmt.data.text_pipeline import load_text_pipeline
+    from nmt.engines.selection import load_engine
     from nmt.generation.attention_plot import plot_cross_attention
     from nmt.generation.guards import check_lengths
     from nmt.generation.inference import (
         batch_sentences,
-        first_decoder_input,
         source_batches,
         speed_line,
         split_location,
     )
-    from nmt.generation.loading import load_inference_models, make_translator
     from nmt.generation.output import corpus_scores, hypothesis_lines
 
     torch.manual_seed(cfg.common.seed)
@@ -123,7 +127,8 @@ def _generate(cfg: GenerateJob, workers: Any, wall: float) -> None:
     reference_file = _reference_file(cfg, folder, data.tgt)
     references = _references(reference_file, cfg.gen_subset, len(dataset))
     # what searches: this process's translator, or the --workers processes (this one then never loads the models)
-    search: Any = workers or make_translator(cfg.generation, cfg.inference, data, cfg.common.seed)
+    engine = None if workers else load_engine(cfg.inference, data, cfg.generation, scores=not cfg.inference.quiet)
+    search: Any = engine.translator(cfg.generation, cfg.common.seed) if engine is not None else workers
     max_positions = search.max_source_positions()
 
     where = split_location(folder, cfg.gen_subset)
@@ -157,9 +162,9 @@ def _generate(cfg: GenerateJob, workers: Any, wall: float) -> None:
                 if rank == 0:
                     hyps_out[sid] = text
             if cfg.attention_plot and sid < cfg.attention_plot_sentences and hyps:
-                if plot_model is None:  # the searching models, or (--workers) the same loaded here
-                    ens = load_inference_models(inf, data) if workers else search.ens
-                    plot_model, plot_first = ens.models[0], first_decoder_input(ens, data.tgt_dict)
+                if plot_model is None:  # the searching models' torch model, or (--workers) the same loaded here
+                    plot_model, plot_first = (engine or load_engine(replace(inf, engine="torch"), data)
+                                              ).attention_model()
                 plot_cross_attention(plot_model, sample["source"], hyps[0], data, cfg.attention_plot, sid,
                                      plot_first, cfg.attention_layer)
             if not inf.quiet:

@@ -38,8 +38,9 @@ def run(cfg: InteractiveJob) -> None:
     from nmt.api import searched_rows
     from nmt.data.data_bin import open_data_dir
     from nmt.data.text_pipeline import load_text_pipeline
+    from nmt.engines.selection import make_translator
     from nmt.generation.inference import pad_batch
-    from nmt.generation.loading import make_translator, model_and_data
+    from nmt.generation.loading import model_and_data
     from nmt.generation.output import hypothesis_lines
 
     torch.manual_seed(cfg.common.seed)
@@ -53,7 +54,7 @@ def run(cfg: InteractiveJob) -> None:
     data = open_data_dir(cfg.data, cfg.source_lang, cfg.target_lang)
     encode = load_text_pipeline(data.path, data.src).encode
     detok = load_text_pipeline(data.path, data.tgt).decode
-    translator = make_translator(cfg.generation, cfg.inference, data, cfg.common.seed)
+    translator = make_translator(cfg.generation, cfg.inference, data, cfg.common.seed, scores=cfg.verbose)
     gen = cfg.generation
     shown = "stdin" if cfg.input == "-" else cfg.input
     typing = cfg.input == "-" and sys.stdin.isatty()  # someone typing wants each line at once

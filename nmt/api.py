@@ -27,9 +27,10 @@ import torch
 
 from nmt.config.generate import GenerationConfig, InferenceConfig
 from nmt.data.data_bin import DataDir
+from nmt.engines.selection import LoadedEngine
+from nmt.engines.translator import TranslatorLike
 from nmt.errors import ConfigError, UsageError
 from nmt.generation.ensemble import EnsembleModel
-from nmt.generation.inference import Translator
 from nmt.generation.search_options import generation_config, type_problem
 from nmt.lru import LruCache
 
@@ -72,18 +73,19 @@ class TranslationModel:
     """A loaded model (or ensemble) with its dictionaries and text pipeline. Calls may come from several
     threads: searches run one at a time."""
 
-    def __init__(self, ens: EnsembleModel, data: DataDir, path: str, *, seed: int = 1,
+    def __init__(self, engine: LoadedEngine, data: DataDir, path: str, *, seed: int = 1,
                  info: dict[str, Any] | None = None):
         from nmt.data.text_pipeline import load_text_pipeline
 
-        self.ens = ens
+        self.engine = engine  # what searches: torch, onnxruntime, compiled or ctranslate2 (nmt.engines)
+        self.ens: EnsembleModel | None = engine.ens  # the torch models, or the engine's steps (None: ctranslate2)
         self.data = data
         self.path = path
         self.seed = seed
         self.info = info or {}
         self._encode = load_text_pipeline(data.path, data.src).encode
         self._decode = load_text_pipeline(data.path, data.tgt).decode
-        self._translators: LruCache[Translator] = LruCache(KEPT_SEARCHES)
+        self._translators: LruCache[TranslatorLike] = LruCache(KEPT_SEARCHES)
         self._configs: LruCache[GenerationConfig] = LruCache(KEPT_SEARCHES)  # checked options -> config (~5 ms)
         self.lock = threading.Lock()  # one search at a time: the models' caches are not shared
 
@@ -98,11 +100,11 @@ class TranslationModel:
     @property
     def max_source_positions(self) -> int:
         """The longest source (model tokens, </s> included) the model takes."""
-        return self.ens.max_source_positions()
+        return self.engine.max_source_positions()
 
     @property
     def parameters(self) -> int:
-        return sum(p.numel() for m in self.ens.models for p in m.parameters())
+        return self.engine.parameters
 
     def tokenize(self, sentence: str) -> list[str]:
         """The model's source tokens of a raw sentence (tokenizer then BPE), </s> left out."""
@@ -133,14 +135,12 @@ class TranslationModel:
             self._configs.put(key, gen)
         return gen
 
-    def translator(self, gen: GenerationConfig) -> Translator:
+    def translator(self, gen: GenerationConfig) -> TranslatorLike:
         """The search ``gen`` configures for this model (the last KEPT_SEARCHES configurations' are kept)."""
-        from nmt.generation.inference import search_for
-
         key = repr(gen)
         translator = self._translators.get(key)
         if translator is None:  # building the search checks its options (SEARCH.build)
-            translator = Translator(self.ens, search_for(gen, self.ens, self.data, self.seed))
+            translator = self.engine.translator(gen, self.seed)
             self._translators.put(key, translator)
         return translator
 
@@ -201,10 +201,9 @@ class TranslationModel:
     def _attention(self, src: torch.Tensor, hyp: Any) -> torch.Tensor:
         """(layers, heads, T, S) encoder-decoder attention of ``hyp`` in the first model."""
         from nmt.generation.alignment import teacher_forced_attention
-        from nmt.generation.inference import first_decoder_input
 
-        first = first_decoder_input(self.ens, self.data.tgt_dict)
-        return teacher_forced_attention(self.ens.models[0], src, hyp.tokens, first)
+        model, first = self.engine.attention_model()
+        return teacher_forced_attention(model, src, hyp.tokens, first)
 
     def translation(self, sentence: str, src: torch.Tensor, hyps: list[Any], *, alignment: bool = False,
                     attention: bool = False) -> Translation:
@@ -268,17 +267,21 @@ def blank_translation(sentence: str, *, alignment: bool = False) -> Translation:
     return Translation(sentence, [], [TranslatedHypothesis("", [], 0.0, [], [] if alignment else None)])
 
 
-def load(path: str | Path, data: str | Path | None = None, *, bf16: bool = False, quantize: str = "none",
-         compile: bool = False, threads: int | None = None, user_dir: str | Path | None = None,
-         seed: int = 1) -> TranslationModel:
+def load(path: str | Path, data: str | Path | None = None, *, engine: str = "auto", bf16: bool = False,
+         quantize: str = "none", compile: bool = False, threads: int | None = None, trust_compiled: bool = False,
+         user_dir: str | Path | None = None, seed: int = 1) -> TranslationModel:
     """A model ready to translate raw text: a model folder (nmt-export), or checkpoint(s) (':'-joined: an
-    ensemble) with ``data``, the data-bin they were trained on. ``bf16`` runs the weights in bfloat16,
+    ensemble) with ``data``, the data-bin they were trained on. ``engine`` runs it: "torch", or a model folder's
+    "onnxruntime", "compiled" or "ctranslate2" files (nmt-export --with), or "auto" (the first of those the folder
+    holds that loads here, said on stderr; torch for checkpoints). ``bf16`` runs the weights in bfloat16,
     ``quantize="int8"`` (or ``"fp16"``) the linear layers with int8 (fp16) weights on the CPU; ``compile``
     compiles the decoder step (nmt-generate's --compile: the first translations of each kind of search
-    compile it, later ones run faster); ``user_dir`` imports a folder of plugins the model needs."""
+    compile it, later ones run faster); ``trust_compiled`` loads a compiled package not built on this machine by
+    this user; ``user_dir`` imports a folder of plugins the model needs."""
     from nmt.data.data_bin import open_data_dir
+    from nmt.engines.selection import load_engine
     from nmt.fields import to_dataclass
-    from nmt.generation.loading import load_inference_models, model_and_data
+    from nmt.generation.loading import model_and_data
     from nmt.model_folder.layout import is_model_folder, read_manifest
     from nmt.plugin_loader import load_plugins
 
@@ -293,12 +296,13 @@ def load(path: str | Path, data: str | Path | None = None, *, bf16: bool = False
         raise UsageError(f"nmt.load({str(path)!r}): a checkpoint needs data=<the data-bin it was trained on> "
                          "(or export a model folder with nmt-export)")
     folder = open_data_dir(data_dir, None, None)
-    inference = to_dataclass(InferenceConfig, {"path": paths, "bf16": bf16, "quantize": quantize, "compile": compile,
-                                               "threads": threads},
+    inference = to_dataclass(InferenceConfig, {"path": paths, "engine": engine, "bf16": bf16, "quantize": quantize,
+                                               "compile": compile, "threads": threads,
+                                               "trust_compiled": trust_compiled},
                              where="nmt.load().")  # checked: a bad value is one ConfigError line
-    ens = load_inference_models(inference, folder)
+    loaded = load_engine(inference, folder)
     info = read_manifest(paths) if paths and is_model_folder(paths) else {}
-    return TranslationModel(ens, folder, str(paths), seed=seed, info=info)
+    return TranslationModel(loaded, folder, str(paths), seed=seed, info=info)
 
 
 def _check_model_path(given: str, part: Path) -> None:

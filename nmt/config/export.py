@@ -23,6 +23,11 @@ class ExportJob:
                              "by nmt.load, nmt-serve, nmt-generate/-interactive/-validate --path; ctranslate2: a "
                              "folder ctranslate2.Translator loads (needs pip install 'nmt[ctranslate2]').",
                       choices=["nmt", "ctranslate2"])
+    engines: Optional[str] = opt(None, "Engine files to add to the model folder, comma-separated: onnx (onnxruntime), "
+                                       "compiled (ahead-of-time compiled for this CPU and torch version), "
+                                       "ctranslate2; each in a sub-folder the model card lists. With --path a "
+                                       "model folder (and no --output, or the same folder), they are added to it "
+                                       "(--force: exported again). docs/engines.md.", flag="--with")
     bf16: bool = opt(False, "Store the weights in bfloat16 (half the size; loaded back as float32).")
     quantization: Optional[str] = opt(None, "--format ctranslate2: the weights' type in the CTranslate2 model "
                                             "[default: float32].",

@@ -47,6 +47,14 @@ class InferenceConfig:
     path: Optional[str] = opt(None, "Checkpoint(s) or model folder(s) (nmt-export) to translate with; several "
                                     "joined by ':' form an ensemble (their log-probabilities are averaged).",
                               group="inference")
+    engine: str = opt("auto", "What runs the model: torch (the model as trained; every checkpoint and option), "
+                              "onnxruntime, compiled or ctranslate2 (a model folder's engine files, written by "
+                              "nmt-export --with onnx,compiled,ctranslate2), or auto: the first of compiled, "
+                              "onnxruntime, ctranslate2 the folder holds that loads here, else torch "
+                              "(docs/engines.md).",
+                      choices=["auto", "torch", "onnxruntime", "compiled", "ctranslate2"], group="inference")
+    trust_compiled: bool = opt(False, "Load a compiled engine package that was not built on this machine by this "
+                                      "user (it is native code: loading it runs it).", group="inference")
     bf16: bool = opt(False, "Run the models in bfloat16 (weights cast once; log-probabilities stay fp32). Faster on "
                                 "CPUs with bf16 support and on GPUs; hypotheses may differ slightly from fp32.",
                      group="inference")

@@ -50,6 +50,9 @@ def _can_share_encoder(model: torch.nn.Module) -> bool:
     attention is an AttentionBase whose queries do not interact: AttentionBase.independent_queries)."""
     from nmt.models.attention import AttentionBase
 
+    shares = getattr(model, "shares_encoder_rows", None)  # an engine's member says so itself (nmt.engines.member)
+    if isinstance(shares, bool):
+        return shares
     cross = [m for m in model.modules() if getattr(m, "self_attention", True) is False]
     return bool(cross) and all(isinstance(m, AttentionBase) and m.independent_queries for m in cross)
 
@@ -68,6 +71,8 @@ class EnsembleModel:
         self.can_merge = all(_can_merge(m) for m in self.models)  # searches may then refill finished rows
         self.can_share_encoder = all(_can_share_encoder(m) for m in self.models)  # beams may share encoder rows
         self.decoders: list[Any] = [m.decoder for m in self.models]  # what step() calls: compiled by compile_decoders
+        # members whose decoder gives log-probabilities already (an engine's step ends in its log-softmax)
+        self.gives_log_probs = [getattr(m, "gives_log_probs", False) is True for m in self.models]
 
     def compile_decoders(self) -> None:
         """--compile: every member's decoder step through torch.compile (inductor). Shapes are dynamic (rows and
@@ -142,11 +147,12 @@ class EnsembleModel:
         """Log-probabilities (N, V) of the next token after prefix ``tokens`` (N, t), in fp32,
         and the cross-attention (N, S) of that step averaged over the members (or None)."""
         lprobs_all, attn_sum = [], None
-        for decoder, enc, state in zip(self.decoders, encs, states):
+        for decoder, enc, state, given in zip(self.decoders, encs, states, self.gives_log_probs):
             extra = {"need_weights": True} if need_attn else {}
             logits, attn = _split_decoder_output(decoder(tokens, enc, incremental_state=state, **extra))
             # fp32 first: torch's log-softmax of bf16 into fp32 (dtype=) runs 3x slower than the cast plus the fp32 one
-            lprobs_all.append(F.log_softmax(logits[:, -1, :].float(), dim=-1))  # (N, V) fp32
+            last = logits[:, -1, :].float()  # (N, V)
+            lprobs_all.append(last if given else F.log_softmax(last, dim=-1))  # (N, V) fp32
             if need_attn and attn is not None:
                 a = attn[:, -1, :].float()  # (N, S)
                 attn_sum = a if attn_sum is None else attn_sum + a

@@ -79,6 +79,9 @@ def load_ensemble(spec: str | None, src_dict: Dictionary, tgt_dict: Dictionary) 
 def load_inference_models(inf: InferenceConfig, data: DataDir) -> EnsembleModel:
     """The models of ``--path`` as an ensemble ready to decode (threads set, --bf16 or --quantize applied,
     --compile'd), with nmt's CPU speed settings (``nmt.cpu_speed``)."""
+    if inf.engine not in ("auto", "torch"):  # the other engines are loaded by nmt.engines.selection.load_engine
+        raise UsageError(f"--engine {inf.engine}: these are the torch engine's models; load the engine with "
+                         "nmt.engines.selection.load_engine")
     process_settings(compiled=inf.compile)
     if inf.threads:
         torch.set_num_threads(inf.threads)

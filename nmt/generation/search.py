@@ -90,10 +90,7 @@ class Search(Generic[OptionsT]):
 
     def max_lengths(self, ens: EnsembleModel, src_lengths: torch.Tensor) -> torch.Tensor:
         """Per sentence, the most tokens it may generate before its eos: (B,) long."""
-        cap = ens.max_target_positions() - 1  # the eos needs a position too
-        # Capped before any cast: a --max-len-a/-b beyond int64 would wrap around (or not convert).
-        limit = self.gen.max_len_a * src_lengths.double() + float(min(self.gen.max_len_b, cap))  # (B,)
-        return limit.floor().clamp(max=cap).long().clamp(min=min(max(self.gen.min_len, 1), cap))
+        return length_limits(self.gen, ens.max_target_positions(), src_lengths)
 
     def apply_rules(self, lprobs: torch.Tensor, step: int | torch.Tensor, generated: torch.Tensor,
                     max_lens: torch.Tensor) -> torch.Tensor:
@@ -291,6 +288,15 @@ class SentenceQueue:
 
     def empty(self) -> bool:
         return not self._waiting and not self._fetch()
+
+
+def length_limits(gen: GenerationConfig, max_target_positions: int, src_lengths: torch.Tensor) -> torch.Tensor:
+    """Per sentence, the most tokens ``gen`` lets it generate before its eos (--max-len-a/-b, --min-len, the
+    model's ``max_target_positions``): (B,) long. Every engine's search keeps to these."""
+    cap = max_target_positions - 1  # the eos needs a position too
+    # Capped before any cast: a --max-len-a/-b beyond int64 would wrap around (or not convert).
+    limit = gen.max_len_a * src_lengths.double() + float(min(gen.max_len_b, cap))  # (B,)
+    return limit.floor().clamp(max=cap).long().clamp(min=min(max(gen.min_len, 1), cap))
 
 
 def block_repeated_ngrams(lprobs: torch.Tensor, generated: torch.Tensor, n: int) -> None:

@@ -89,4 +89,33 @@ def model_card(manifest: dict[str, Any], metadata: dict[str, Any]) -> str:
         "The weights are safetensors; loading this folder never unpickles anything.",
         "",
     ]
-    return "\n".join(lines)
+    return "\n".join(lines + _engine_lines(manifest.get("engines") or []))
+
+
+# what each engine export holds and needs, for the card (nmt.engines names them; docs/engines.md says more)
+_ENGINE_TEXT = {
+    "onnxruntime": "the encoder and one decoder step in ONNX, run by onnxruntime (pip install 'nmt[onnx]'); "
+                   "loading runs no code from the folder",
+    "compiled": "the encoder and decoder step compiled ahead of time (torch.export + AOTInductor) for the CPU and "
+                "torch version that built them. **A compiled package is native code: loading it runs it.** nmt "
+                "loads it only on the machine and for the user that built it (a record kept outside this folder), "
+                "or with --trust-compiled; a copied-in package is refused",
+    "ctranslate2": "a CTranslate2 model (pip install 'nmt[ctranslate2]'), run by CTranslate2's own search with "
+                   "nmt's search options",
+}
+
+
+def _engine_lines(records: list[dict[str, Any]]) -> list[str]:
+    """The card's "Engines" section: each engine export the folder holds (none: the torch engine alone)."""
+    if not records:
+        return []
+    lines = ["## Engines", "",
+             "Besides the torch engine (the weights above), this folder holds (`--engine NAME` on nmt-generate, "
+             "nmt-interactive and nmt-serve, `nmt.load(FOLDER, engine=NAME)`; `auto`, the default, takes the "
+             "fastest that loads):", ""]
+    for record in records:
+        engine = record.get("engine")
+        size = sum(int(f.get("bytes", 0)) for f in (record.get("files") or {}).values())
+        lines.append(f"- **{engine}** (`{record.get('name')}/`, {size / 1e6:.1f} MB): "
+                     f"{_ENGINE_TEXT.get(str(engine), 'an engine of a later nmt')}")
+    return lines + [""]

@@ -6,7 +6,7 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import torch
 
@@ -103,10 +103,18 @@ def training_data(data: str | Path, src: str) -> tuple[str, int | None]:
     return name, total
 
 
+# writes a model's engine files into sub-folders of the folder being built, returning their model.json records
+# (nmt.model_folder.engine_files); nmt-export --with passes nmt.engines.export's
+EngineWriter = Callable[[torch.nn.Module, Path], list[dict[str, Any]]]
+
+
 def export_model_folder(paths: Sequence[str], data_dir: str | Path, output: str | Path, *, bf16: bool = False,
                         scores: str | None = None, force: bool = False, source_lang: str | None = None,
-                        target_lang: str | None = None) -> Path:
-    """Write the model folder of checkpoint(s) ``paths`` (several are averaged) trained on ``data_dir``."""
+                        target_lang: str | None = None, engines: EngineWriter | None = None,
+                        engine_files: Collection[str] = ()) -> Path:
+    """Write the model folder of checkpoint(s) ``paths`` (several are averaged) trained on ``data_dir``;
+    ``engines`` adds the engine sub-folders (``engine_files``: a file each will hold, checked against the user's
+    files in ``output`` before the slow part), given the model with the weights the folder stores."""
     from nmt.checkpoint.format import stored_model_config
     from nmt.checkpoint.model_fit import build_model_from_weights
     from nmt.checkpoint.verify import check_dictionaries
@@ -119,7 +127,7 @@ def export_model_folder(paths: Sequence[str], data_dir: str | Path, output: str 
     trained_on, sentences = training_data(data_dir, data.src)
     data_dir = data.path  # the first shard of a sharded DATA
     metadata, files = _data_bin_files(data_dir, data.src, data.tgt)
-    writes = {WEIGHTS, MANIFEST, CARD, METADATA_FILE, *files}
+    writes = {WEIGHTS, MANIFEST, CARD, METADATA_FILE, *files, *engine_files}
     check_output(output, force, writes)  # before the slow part; checked again just before the files are put in place
     state = _checkpoint_state(paths)
     check_dictionaries(state, paths[0], {"source": data.src_dict, "target": data.tgt_dict})
@@ -128,6 +136,11 @@ def export_model_folder(paths: Sequence[str], data_dir: str | Path, output: str 
                                      source=f"checkpoint {paths[0]}", what="model config",
                                      fix="use the checkpoint as nmt-train wrote it")
     stored, tied = _stored_tensors(model.state_dict(), bf16)
+    if bf16 and engines is not None:  # the engines compute with the weights the folder stores
+        with torch.no_grad():
+            for t in model.state_dict().values():
+                if t.is_floating_point():
+                    t.copy_(t.to(torch.bfloat16))
     metadata["trained_on"] = trained_on
     config = state.get("config") or {}
     training = state.get("training") or {}
@@ -149,12 +162,15 @@ def export_model_folder(paths: Sequence[str], data_dir: str | Path, output: str 
         "training": {"data": trained_on, "epoch": training.get("epoch"), "num_updates": training.get("num_updates"),
                      "sentences": sentences},
         "scores": found,
+        "engines": [],
     }
     from safetensors.torch import save_file
 
     with folder_in_place(output, force, writes) as tmp:
         save_file(stored, str(tmp / WEIGHTS), metadata={"format": FOLDER_FORMAT})
         manifest["weights"].update(bytes=(tmp / WEIGHTS).stat().st_size, sha256=sha256_of(tmp / WEIGHTS))
+        if engines is not None:
+            manifest["engines"] = engines(model.eval(), tmp)
         for name in files:
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(data_dir / name, tmp / name)

@@ -23,7 +23,8 @@ from nmt.data.data_dir import make_parents, remove_empty, resolve_destdir
 from nmt.data.metadata import METADATA_FILE, data_bin_files, read_metadata
 from nmt.data.work_dirs import clean_leftovers, new_work_dir, release
 from nmt.errors import DataError, UsageError
-from nmt.model_folder.layout import CARD, MANIFEST, WEIGHTS, is_model_folder
+from nmt.model_folder.engine_files import owned_files
+from nmt.model_folder.layout import CARD, MANIFEST, WEIGHTS, is_model_folder, read_manifest
 from nmt.owned_files import clashes, files_under, foreign_entries, move_files_into
 from nmt.signals import stop_signals_deferred
 
@@ -36,6 +37,8 @@ def exported_files(folder: Path) -> set[str]:
     own = set(OWN_NAMES)
     with contextlib.suppress(DataError):
         own |= data_bin_files(read_metadata(folder))
+    with contextlib.suppress(DataError):  # the engine sub-folders' files (nmt-export --with)
+        own |= owned_files(read_manifest(folder), folder)
     return own
 
 
@@ -101,6 +104,7 @@ def folder_in_place(output: str | Path, force: bool, writes: Collection[str]) ->
             for name in stale:
                 if (path / name).is_file() and not (path / name).is_symlink():
                     (path / name).unlink()
+                    remove_empty(list((path / name).parents)[: name.count("/")])  # an engine's emptied folders
     except BaseException:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -142,6 +142,11 @@ class AttentionBase(nn.Module, Generic[OptionsT]):
     # (the queries being the last of them), so that leading keys masked for every query can be left out of a
     # call (:class:`KeyWindow`). True of softmax attention; a plugin with its own per-key state keeps False.
     supports_key_window = False
+    # Whether engines (nmt.engines: ONNX, torch.export) may trace this plugin: its step_attend() is tensor arithmetic
+    # with no Python decision on a tensor's values or sizes, and step_keep() keeps what cache_append() keeps. A plugin
+    # of your own sets it once both hold (the defaults do for a plugin whose attend() with need_weights=True is
+    # such arithmetic and that keeps the default cache); nmt-export --with onnx|compiled refuses it otherwise.
+    exportable = False
 
     def __init__(self, cfg: OptionsT, embed_dim: int, num_heads: int, *, self_attention: bool, causal: bool = False,
                  dropout: float = 0.0, key_dim: Optional[int] = None):
@@ -286,6 +291,46 @@ class AttentionBase(nn.Module, Generic[OptionsT]):
             out, _ = self.attend(q[rows], k[rows, :, start:], v[rows, :, start:], mask, self.causal, False)
             outs.append(out)
         return torch.cat(outs)
+
+    def step_heads(self, query: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention's queries, keys (B, H, T, d_k) and values (B, H, T, D) of ``query`` (B, T, C), for
+        engines to trace (nmt.engines.step), which keep the keys and values of earlier steps themselves."""
+        q, k, v = self._heads(self.qkv_proj(query), 3)
+        return q, k, v
+
+    def step_output(self, out: Tensor) -> Tensor:
+        """The heads' mixed values (B, H, T, D) projected back to (B, T, C)."""
+        B, _, T, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, self.embed_dim))
+
+    def step_attention(self, query: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
+        """Self-attention of ``query`` (B, T, C) on itself as a function of tensors (the encoder's, for engines to
+        trace); key_padding_mask (B, T). Returns (B, T, C)."""
+        q, k, v = self.step_heads(query)
+        return self.step_output(self.step_attend(q, k, v, key_padding_mask))
+
+    def step_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Encoder-decoder attention's keys (B, H, S, d_k) and values (B, H, S, D) of the encoder output
+        ``memory`` (B, S, C): computed once per sentence, as the eager cache's cross-attention entry holds them."""
+        k, v = self._heads(self.kv_proj(memory), 2)
+        return k.contiguous(), v.contiguous()
+
+    def step_cross_attention(self, query: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor) -> Tensor:
+        """Encoder-decoder attention as a function of tensors: query (b, T, C) on the keys/values of
+        :meth:`step_memory` (b, H, S, d_k|D), key_padding_mask (b, S). A sentence's beams sharing its encoder row
+        come as its T queries, as :meth:`forward` groups them. Returns (b, T, C)."""
+        (q,) = self._heads(self.q_proj(query), 1)  # (b, H, T, d_k)
+        return self.step_output(self.step_attend(q, k, v, key_padding_mask))
+
+    def step_attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
+        """:meth:`attend` as engines trace it (``exportable``): the queries are the last T of the S keys. The
+        default is attend() with need_weights=True, which the built-ins compute by explicit products."""
+        return self.attend(q, k, v, key_padding_mask, self.causal, True)[0]
+
+    def step_keep(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Of every key/value so far (..., t, d_k|D; any leading dimensions), those the next decoding step needs,
+        as cache_append keeps them: all (the default growing cache)."""
+        return k, v
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], causal: bool,
                need_weights: bool) -> tuple[Tensor, Optional[Tensor]]:

@@ -110,7 +110,8 @@ class TranslationService:
         card = read_card(self.model.path) if info else None  # a model folder's card, its size bounded
         return {"model_id": self.cfg.model_id, "loaded": True, "source_lang": self.model.source_lang,
                 "target_lang": self.model.target_lang, "parameters": self.model.parameters,
-                "path": self.model.path, "max_source_positions": self.model.max_source_positions,
+                "path": self.model.path, "engine": self.model.engine.name,
+                "max_source_positions": self.model.max_source_positions,
                 "scores": info.get("scores"), "training": info.get("training"), "card": card,
                 "default_search": {"beam": self.cfg.generation.beam, "nbest": self.cfg.generation.nbest,
                                    "lenpen": self.cfg.generation.lenpen}}

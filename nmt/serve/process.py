@@ -85,8 +85,10 @@ def serve(cfg: ServeJob, listen: Callable[[], socket.socket], on_ready: Callable
     from nmt.serve.app import TranslationService, build_app
     from nmt.serve.connections import StoppingServer
     path, data = model_location(cfg)
-    model = load(path, data, bf16=cfg.inference.bf16, quantize=cfg.inference.quantize, compile=cfg.inference.compile,
-                 threads=cfg.inference.threads, seed=cfg.common.seed)
+    model = load(path, data, engine=cfg.inference.engine, bf16=cfg.inference.bf16, quantize=cfg.inference.quantize,
+                 compile=cfg.inference.compile, threads=cfg.inference.threads,
+                 trust_compiled=cfg.inference.trust_compiled, seed=cfg.common.seed)
+    model.engine.scores = False  # answers carry each hypothesis's score, no per-token ones (nmt.engines.selection)
 
     def new_batcher() -> DynamicBatcher:
         return DynamicBatcher(model, max_tokens=cfg.inference.max_tokens or 8192,

@@ -21,6 +21,7 @@ class AdditiveAttention(AttentionBase[NoOptions]):
     """v^T tanh(W_q q + W_k k) scores, softmax over keys, weighted sum of values."""
 
     supports_key_dim = True
+    exportable = True
 
     def __init__(self, cfg: NoOptions, embed_dim: int, num_heads: int, **kwargs: Any):
         super().__init__(cfg, embed_dim, num_heads, **kwargs)

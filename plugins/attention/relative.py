@@ -51,6 +51,7 @@ class RelativePositionAttention(AttentionBase[RelativeConfig]):
 
     supports_cross_attention = False
     supports_key_dim = True
+    exportable = True  # engines run no left pads: the cache's last key is the query's own position
 
     def __init__(self, cfg: RelativeConfig, embed_dim: int, num_heads: int, **kwargs: Any):
         super().__init__(cfg, embed_dim, num_heads, **kwargs)

@@ -41,6 +41,7 @@ class RestrictedAttention(AttentionBase[RestrictedConfig]):
 
     supports_cross_attention = False
     supports_key_dim = True  # keys and values are windowed alike; only their last sizes differ
+    exportable = True
 
     def __init__(self, cfg: RestrictedConfig, embed_dim: int, num_heads: int, **kwargs: Any):
         super().__init__(cfg, embed_dim, num_heads, **kwargs)
@@ -54,6 +55,27 @@ class RestrictedAttention(AttentionBase[RestrictedConfig]):
             v = torch.cat([cached.v, v], dim=2)
         keep = self.window + 1  # the next query sees these r keys and itself
         return CacheEntry(k[:, :, -keep:], v[:, :, -keep:]), k, v
+
+    def step_keep(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """The last r + 1 keys/values, as :meth:`cache_append` keeps them."""
+        # positions picked by index (torch.export fixes whether a slice of a dynamic length is contiguous)
+        t = k.size(-2)
+        if torch.jit.is_tracing():  # torch.onnx's tracer: sizes are tensors, and this slice of one stays dynamic
+            keep = torch.arange(t, device=k.device)[-(self.window + 1):]  # (<= r + 1,)
+        else:  # sizes, symbolic under torch.export: AOTInductor compiles a negative slice of one as if it were full
+            keep = torch.arange(torch.sym_max(t - self.window - 1, 0), t, device=k.device)
+        return k.index_select(-2, keep), v.index_select(-2, keep)  # (..., t, d): positions on the last axis but one
+
+    def step_attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
+        """The band as one masked product over every key (no blocks: their count depends on the length, which a
+        traced graph must not fix); the encoder's pad query with only pads around it sees itself, as in blocks."""
+        T, S = q.size(2), k.size(2)
+        mask = band(T, S, S - T, self.window, self.causal, q.device)  # (T, S)
+        if key_padding_mask is not None:
+            mask = mask & ~key_padding_mask[:, None, None, :]  # (B, 1, T, S)
+            empty = ~mask.any(-1, keepdim=True)  # (B, 1, T, 1)
+            mask = mask | (empty & band(T, S, S - T, 0, True, q.device))
+        return softmax_attention((q @ k.transpose(-2, -1)) * self.scale, v, mask, self.attention_dropout)[0]
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], causal: bool,
                need_weights: bool) -> tuple[Tensor, Optional[Tensor]]:

@@ -28,6 +28,12 @@ class ScaledDotProductAttention(AttentionBase[NoOptions]):
     supports_key_dim = True
     supports_fp32_cache = True
     supports_key_window = True
+    exportable = True
+
+    def step_attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
+        """The explicit products, as attend() computes a decoding step of more than a few rows (no branch on
+        sizes, which a traced graph would fix)."""
+        return explicit_attention(q, k, v, key_padding_mask, self.causal, self.scale, self.attention_dropout)[0]
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], causal: bool,
                need_weights: bool) -> tuple[Tensor, Optional[Tensor]]:
