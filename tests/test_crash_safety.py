@@ -113,6 +113,11 @@ NOT_ATOMIC_ON_PURPOSE = {
     ("nmt/interop/fairseq_data.py", "convert_data_bin"): "bpe.codes copy in the import temp folder",
     # nmt-export fills a temporary sibling of --output, renamed into place when complete (_folder_in_place)
     ("nmt/model_folder/export.py", "export_model_folder"): "the model folder's files in the export temp folder",
+    ("nmt/engines/export.py", "add_engines"): "model.json and the card in the temp folder moved into place last",
+    ("nmt/engines/onnx_export.py", "_write"): "engine.json, last, in the onnx/ folder nmt-export builds in its temp "
+                                              "folder (a folder without it is refused as damaged)",
+    # not an artifact: the checked bytes of a compiled package, in a private 0700 folder the loader reads them from
+    ("nmt/engines/compiled_runtime.py", "_open_package"): "a private copy for the package loader, deleted after",
 }
 _WRITE_CALLS = {("torch", "save"), ("np", "save"), ("numpy", "save"), ("np", "savez"), ("json", "dump"),
                 ("pickle", "dump"), ("yaml", "dump"), ("shutil", "copyfile"), ("shutil", "copy"), ("shutil", "copy2")}

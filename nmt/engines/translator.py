@@ -167,17 +167,17 @@ class BatchTranslator:
                   where: Callable[[int], str] = lambda k: f"sentence {k}") -> list[list[Hypothesis]]:
         """The hypotheses of each row of ``src_tokens``; a row without a finite one is an error naming
         ``where(row)``."""
-        from nmt.generation.guards import check_finite_hypotheses
+        from nmt.generation.inference import tally
 
         start = time.perf_counter()
         hyps = self._search(src_tokens, src_lengths)
         self.seconds += time.perf_counter() - start
-        for k, row in enumerate(hyps):
-            check_finite_hypotheses(row, where(k))
-            if need_attn and self.reference is not None:
+        sentences, tokens = tally(hyps, where)
+        if need_attn and self.reference is not None:
+            for k, row in enumerate(hyps):
                 self.reference.fill(src_tokens[k, : int(src_lengths[k])], row)
-        self.sentences += len(hyps)
-        self.tokens += sum(len(h[0].tokens) for h in hyps if h)
+        self.sentences += sentences
+        self.tokens += tokens
         return hyps
 
     def translate_stream(self, batches: Iterable[SourceBatch], need_attn: bool = False,

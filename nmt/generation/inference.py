@@ -46,6 +46,14 @@ def source_batches(dataset: LanguagePairDataset, batches: Iterable[Sequence[int]
         yield batch["id"].tolist(), batch["net_input"]["src_tokens"], batch["net_input"]["src_lengths"]
 
 
+def tally(hyps: list[list[Hypothesis]], where: Callable[[int], str]) -> tuple[int, int]:
+    """(sentences, generated tokens of their best hypotheses, eos included) of a searched batch, once every row was
+    checked to have a finite hypothesis (a row without one is an error naming ``where(row)``)."""
+    for k, row in enumerate(hyps):
+        check_finite_hypotheses(row, where(k))
+    return len(hyps), sum(len(h[0].tokens) for h in hyps if h)
+
+
 @dataclass
 class Translator:
     """An ensemble plus a search: source ids in, hypotheses out, with timing kept."""
@@ -64,10 +72,9 @@ class Translator:
         with torch.inference_mode():
             hyps = self.search.search(self.ens, src_tokens, src_lengths, need_attn=need_attn)
         self.seconds += time.perf_counter() - start
-        for k, row in enumerate(hyps):
-            check_finite_hypotheses(row, where(k))
-        self.sentences += len(hyps)
-        self.tokens += sum(len(h[0].tokens) for h in hyps if h)
+        sentences, tokens = tally(hyps, where)
+        self.sentences += sentences
+        self.tokens += tokens
         return hyps
 
     def translate_stream(self, batches: Iterable[SourceBatch], need_attn: bool = False,
