@@ -85,6 +85,15 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "CTranslate2 when installed",
               ("--data", "{data}", "--path", "{checkpoint}", "--beams", "1", "--repeats", "1",
                "--precisions", "fp32", "--workers", "1", "--ct2-types", "float32")),
+    Benchmark("constrained_decoding",
+              "nmt-interactive --constraints against fairseq-interactive --constraints on the same model, terms drawn "
+              "from the references (1-2 per sentence, Dinu et al. 2019): terms met, degenerate outputs, BLEU with "
+              "and without the terms, sentences/s of search",
+              "--peer DIR (fairseq's model, imported) or --data BIN --path CKPT; --source/--reference raw text "
+              "(default Multi30k test2016); --fairseq-venv for fairseq-interactive",
+              ("--data", "{data}", "--path", "{checkpoint}", "--source", "{raw}/test.en", "--reference",
+               "{raw}/test.de", "--sentences", "6", "--min-chars", "3", "--beam", "2", "--repeats", "1", "--threads",
+               "1")),
     Benchmark("decoder_step_profile",
               "where nmt-generate's search time goes per decoding step (products, attention, log-softmax, top-k, "
               "copies, Python), beside CTranslate2's time on the same weights",

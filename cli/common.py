@@ -58,6 +58,13 @@ def report_error(prog: str, error: BaseException, debug: bool) -> int:
     return 1
 
 
+def flag_value(path: str) -> Any:
+    """The value the running command's flag of config key ``path`` (``generation.search.name``) was given on the
+    command line, or None (not given, or not called from the command line)."""
+    ctx = click.get_current_context(silent=True)
+    return ctx.params.get(path.replace(".", "__")) if ctx is not None else None
+
+
 class EntryPoint(Protocol):
     """A command's ``main``: the console script calls it with no arguments (argv from sys.argv)."""
 

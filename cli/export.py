@@ -23,6 +23,9 @@ def run(cfg: ExportJob) -> None:
     if names and cfg.format == "ctranslate2":
         raise UsageError("--with adds engines to an nmt model folder; --format ctranslate2 writes a CTranslate2 "
                          "folder alone: drop one of them (--with ctranslate2 puts one inside the model folder)")
+    if cfg.compiled_precision != "auto" and "compiled" not in names:
+        raise UsageError(f"--compiled-precision {cfg.compiled_precision}: applies to --with compiled; add it to --with "
+                         "or drop the option")
     if names and cfg.path and is_model_folder(cfg.path):
         _add_engines(cfg, cfg.path, names)
         return
@@ -46,10 +49,10 @@ def run(cfg: ExportJob) -> None:
     engines = None
     if names:
         from nmt.data.data_bin import open_data_dir
-        from nmt.engines.export import engine_writer, marker_files
+        from nmt.engines.export import engine_writer, export_choices, marker_files
 
         data = open_data_dir(cfg.data, cfg.source_lang, cfg.target_lang)
-        engines = engine_writer(names, data.src_dict, data.tgt_dict)
+        engines = engine_writer(names, data.src_dict, data.tgt_dict, export_choices(cfg.compiled_precision))
     out = export_model_folder(paths, cfg.data, cfg.output, bf16=cfg.bf16, scores=cfg.scores, force=cfg.force,
                               source_lang=cfg.source_lang, target_lang=cfg.target_lang, engines=engines,
                               engine_files=marker_files(names) if names else ())
@@ -64,7 +67,7 @@ def run(cfg: ExportJob) -> None:
 
 def _add_engines(cfg: ExportJob, folder: str, names: list[str]) -> None:
     """``--path MODEL_DIR --with NAME``: the engines added to the folder in place."""
-    from nmt.engines.export import add_engines
+    from nmt.engines.export import add_engines, export_choices
 
     if cfg.output and Path(cfg.output).resolve() != Path(folder).resolve():
         raise UsageError(f"--output {cfg.output}: --with adds engines to the model folder --path {folder} in place; "
@@ -72,7 +75,7 @@ def _add_engines(cfg: ExportJob, folder: str, names: list[str]) -> None:
     if cfg.bf16 or cfg.scores or cfg.quantization:
         raise UsageError("--bf16, --scores and --quantization apply when a folder is exported from checkpoints; "
                          f"--path {folder} --with adds engines to the folder as it is")
-    out = add_engines(folder, names, force=cfg.force)
+    out = add_engines(folder, names, force=cfg.force, choices=export_choices(cfg.compiled_precision))
     click.echo(f"added {', '.join(f'{n}/' for n in names)} to {out}")
 
 

@@ -1,5 +1,10 @@
 """Translate a binarized split with one checkpoint or an ensemble, print fairseq's S-/T-/H-/D-/P-
-lines, and score the detokenized output with sacreBLEU (nmt-generate DATA --path CKPT)."""
+lines, and score the detokenized output with sacreBLEU and the scorers --scoring adds (nmt-generate DATA
+--path CKPT --scoring bleu_lc_tok).
+
+--constraints-file (one line of tab-separated target phrases per sentence) and --glossary force terms
+into the translations; a C- line names each forced phrase, and a translation that misses one is named in a
+warning on stderr and counted in the summary."""
 
 from __future__ import annotations
 
@@ -14,11 +19,12 @@ from typing import IO, Any, ContextManager, Iterable, Iterator
 import numpy as np
 import torch
 
-from nmt.cli.common import config_command
-from nmt.config.generate import GenerateJob
+from nmt.cli.common import config_command, flag_value
+from nmt.config.generate import GenerateJob, GenerationConfig
 from nmt.data.corpus_files import read_lines
 from nmt.errors import DataError, UsageError
 from nmt.fileio import atomic_write
+from nmt.generation.constraint_input import Terms
 from nmt.generation.search import Hypothesis
 
 
@@ -91,6 +97,40 @@ def _start_workers(cfg: GenerateJob) -> ContextManager[Any]:
     return GenerateWorkers(worker, cfg.workers, _needs_attention(cfg))
 
 
+def _forces_terms(cfg: GenerateJob) -> bool:
+    """Whether the run forces terms; --constraints needs the phrases of --constraints-file (or a glossary)."""
+    if cfg.constraints and not (cfg.constraints_file or cfg.glossary):
+        raise UsageError("--constraints: nmt-generate reads the phrases of a binarized split from --constraints-file "
+                         "FILE (one line of tab-separated phrases per sentence) or takes them from --glossary; give "
+                         "one (nmt-interactive reads them after each raw sentence)")
+    forced = bool(cfg.constraints_file or cfg.glossary)
+    if forced and cfg.workers > 1:
+        raise UsageError(f"--workers {cfg.workers}: worker processes do not force terms (--constraints-file, "
+                         "--glossary); drop --workers")
+    return forced
+
+
+def _sentence_terms(cfg: GenerateJob, data: Any, dataset: Any, gen: GenerationConfig, positions: int,
+                    where: Any) -> dict[int, Terms]:
+    """The phrases each sentence of the split must contain (--constraints-file, --glossary), checked."""
+    from nmt.generation.constraint_input import read_constraints_file
+    from nmt.generation.terminology import Terminology
+
+    terminology = Terminology.of(data, cfg.glossary)
+    given = (read_constraints_file(cfg.constraints_file, len(dataset), cfg.gen_subset) if cfg.constraints_file
+             else [[] for _ in range(len(dataset))])
+    found: dict[int, Terms] = {}
+    for sid in range(len(dataset)):
+        source = dataset[sid]["source"]
+        named = f"--constraints-file {cfg.constraints_file}:{sid + 1}" if given[sid] else where(sid)
+        terms = terminology.terms(terminology.words_of_ids(source), given[sid], named,
+                                  ordered=cfg.constraints == "ordered")
+        if terms is not None:
+            terminology.check(terms, gen, positions, len(source), named)
+            found[sid] = terms
+    return found
+
+
 def run(cfg: GenerateJob) -> None:
     from nmt.generation.loading import refuse_model_folder_as_data
 
@@ -98,18 +138,25 @@ def run(cfg: GenerateJob) -> None:
     if not cfg.data:
         raise UsageError("DATA is required: the data-bin folder written by nmt-preprocess")
     refuse_model_folder_as_data(cfg.data, cfg.gen_subset)
+    if _forces_terms(cfg):
+        from nmt.generation.constraint_input import with_constrained_search
+
+        named = flag_value("generation.search.name")
+        cfg.generation = with_constrained_search(cfg.generation, f"--search {named}" if named else None)
     with _start_workers(cfg) as workers:
         _generate(cfg, workers, wall)
 
 
 def _generate(cfg: GenerateJob, workers: Any, wall: float) -> None:
     """Translate and score the split (``workers``: the --workers processes, or None)."""
+    from nmt.api import max_target_positions
     from nmt.data.batching import batch_by_size
     from nmt.data.data_bin import open_data_dir
     from nmt.data.language_pair_dataset import load_language_pair
     from nmt.data.text_pipeline import load_text_pipeline
     from nmt.engines.selection import load_engine
     from nmt.generation.attention_plot import plot_cross_attention
+    from nmt.generation.constraint_input import unmet_line, unmet_phrases
     from nmt.generation.guards import check_lengths
     from nmt.generation.inference import (
         batch_sentences,
@@ -117,10 +164,12 @@ def _generate(cfg: GenerateJob, workers: Any, wall: float) -> None:
         speed_line,
         split_location,
     )
-    from nmt.generation.output import corpus_scores, hypothesis_lines
+    from nmt.generation.output import hypothesis_lines
+    from nmt.scoring import build_scorers, score_lines
 
     torch.manual_seed(cfg.common.seed)
     data = open_data_dir(cfg.data, cfg.source_lang, cfg.target_lang)
+    scorers = build_scorers(cfg.scoring, data.tgt)  # an unknown --scoring name stops the run before translating
     folder = str(data.path)  # the first shard of a sharded DATA: the test splits are there
     dataset = load_language_pair(folder, cfg.gen_subset, data.src, data.tgt)
     detok = load_text_pipeline(folder, data.tgt).decode
@@ -136,6 +185,10 @@ def _generate(cfg: GenerateJob, workers: Any, wall: float) -> None:
         check_lengths(dataset.src_sizes, max_positions, where, "source",
                       fix=f"split the sentence or pass {SKIP_INVALID} to skip such sentences")
     inf, gen = cfg.inference, cfg.generation
+    terms: dict[int, Terms] = {}
+    if engine is not None and (cfg.constraints_file or cfg.glossary):
+        terms = _sentence_terms(cfg, data, dataset, gen, max_target_positions(engine), where)
+    unmet_sentences = unmet_total = 0
     plan = batch_by_size(dataset.src_sizes, None, max_tokens=inf.max_tokens,
                          max_sentences=batch_sentences(inf), seed=None,
                          max_source_positions=max_positions,
@@ -147,7 +200,8 @@ def _generate(cfg: GenerateJob, workers: Any, wall: float) -> None:
         results: Iterable[tuple[int, list[Hypothesis]]] = workers.translate(
             np.concatenate(plan.batches) if plan.batches else np.zeros(0, dtype=np.int64))
     else:
-        results = search.translate_stream(source_batches(dataset, plan.batches), need_attn=need_attn, where=where)
+        results = search.translate_stream(source_batches(dataset, plan.batches), need_attn=need_attn, where=where,
+                                          constraints={sid: t.constraints for sid, t in terms.items()} or None)
     plot_model, plot_first = None, 0
     with _output(cfg) as out:
         for sid, hyps in results:
@@ -156,6 +210,12 @@ def _generate(cfg: GenerateJob, workers: Any, wall: float) -> None:
             target = data.tgt_dict.string(sample["target"])
             refs_out[sid] = references[sid] if references is not None else detok(target)
             lines = [f"S-{sid}\t{data.src_dict.string(sample['source'])}", f"T-{sid}\t{target}"]
+            if sid in terms:  # fairseq-interactive's C- lines: the phrases forced
+                lines += [f"C-{sid}\t{text}" for text in terms[sid].texts]
+                unmet = unmet_phrases(terms[sid], hyps[0].tokens) if hyps else list(terms[sid].texts)
+                if unmet:
+                    print(unmet_line(where(sid), unmet, terms[sid]), file=sys.stderr, flush=True)
+                    unmet_sentences, unmet_total = unmet_sentences + 1, unmet_total + len(unmet)
             for rank, hyp in enumerate(hyps):
                 more, text = hypothesis_lines(sid, hyp, data.tgt_dict, detok, src_len, gen.print_alignment)
                 lines += more
@@ -171,18 +231,18 @@ def _generate(cfg: GenerateJob, workers: Any, wall: float) -> None:
                 out.write("\n".join(lines) + "\n")
         ids = sorted(hyps_out)
         summary = [speed_line(search.sentences, search.tokens, search.seconds)]
+        if terms:
+            phrases = sum(len(t.texts) for t in terms.values())
+            summary.append(f"constraints: {phrases - unmet_total} of {phrases} phrases met; {unmet_sentences} of "
+                           f"{len(terms)} constrained sentences miss some")
         if plan.num_skipped:
             positions = f"{max_positions} source positions"
             summary.append(skipped_line(plan.num_skipped, len(dataset), cfg.gen_subset, positions))
         if ids:
-            (bleu, signature), (chrf, chrf_signature) = corpus_scores([hyps_out[i] for i in ids],
-                                                                      [refs_out[i] for i in ids])
             against = ("the decoded target side" if references is None
                        else f"--reference {reference_file}" if cfg.reference else reference_file)
-            summary.append(f"Generate {cfg.gen_subset} with beam={gen.beam}: {bleu}")
-            summary.append(f"sacreBLEU signature: {signature} (detokenized, against {against})")
-            summary.append(f"Generate {cfg.gen_subset} with beam={gen.beam}: {chrf}")
-            summary.append(f"sacreBLEU chrF signature: {chrf_signature} (detokenized, against {against})")
+            summary += score_lines(scorers, [hyps_out[i] for i in ids], [refs_out[i] for i in ids],
+                                   f"Generate {cfg.gen_subset} with beam={gen.beam}", str(against))
         summary.append(f"total time, loading included: {time.perf_counter() - wall:.1f}s")
         out.write("\n".join(summary) + "\n")
     if cfg.results_path is not None:

@@ -1,7 +1,9 @@
 """The validation loss of a checkpoint (nmt-validate DATA --path CKPT), computed as nmt-train's
 validation computes it: the checkpoint's own criterion (label smoothing included), no dropout,
 loss and nll_loss in bits per target token. Compares checkpoints trained apart from one run's
-validation, e.g. an averaged checkpoint against checkpoint_best.pt.
+validation, e.g. an averaged checkpoint against checkpoint_best.pt. With --scoring it also translates
+each split (nmt-generate's search options: --beam, --lenpen, ...) and prints sacreBLEU's detokenized
+BLEU and chrF2 and the scorers named (bleu_lc_tok: the Multi30k papers' lowercased, tokenized BLEU).
 
 \b
   nmt-validate data-bin/multi30k_en_de --path checkpoints/m30k/checkpoint_best.pt
@@ -23,7 +25,9 @@ from nmt.config.model import ModelConfig
 from nmt.config.validate import ValidateJob
 
 if TYPE_CHECKING:
+    from nmt.data.data_bin import DataDir
     from nmt.data.language_pair_dataset import LanguagePairDataset
+    from nmt.scoring import Scorer
     from nmt.training.criterion import Criterion
 
 
@@ -95,6 +99,25 @@ def figures_line(subset: str, stats: dict[str, Any], path: str) -> str:
                       [Path(path).name])
 
 
+def score_split(model: torch.nn.Module, data: DataDir, dataset: LanguagePairDataset, cfg: ValidateJob, subset: str,
+                scorers: list[Scorer], name: str) -> list[str]:
+    """--scoring: translate ``dataset`` with the search options and score it against its raw reference text
+    (else its target side decoded), as nmt-generate scores a split."""
+    from nmt.data.text_pipeline import load_text_pipeline
+    from nmt.scoring import score_lines
+    from nmt.training.validation_bleu import split_references, translate_split
+
+    detok = load_text_pipeline(str(data.path), data.tgt).decode
+    hyps = translate_split(model, data, dataset, subset, cfg.generation, cfg.common.seed, detok,
+                           max_tokens=cfg.max_tokens, batch_size=cfg.batch_size,
+                           skip_invalid=cfg.skip_invalid_size_inputs_valid_test, flag="--scoring")
+    refs, kept = split_references(data, subset, dataset, detok)
+    ids = sorted(hyps)
+    against = str(kept) if kept is not None else "the decoded target side"
+    return score_lines(scorers, [hyps[i] for i in ids], [refs[i] for i in ids],
+                       f"Validate {subset} with beam={cfg.generation.beam}, {name}", against)
+
+
 def run(cfg: ValidateJob) -> None:
     from nmt.checkpoint.format import load_checkpoint
     from nmt.cpu_speed import swap_layers
@@ -103,6 +126,7 @@ def run(cfg: ValidateJob) -> None:
     from nmt.errors import UsageError
     from nmt.generation.loading import checkpoint_paths, load_model, refuse_model_folder_as_data
     from nmt.model_folder.layout import is_model_folder
+    from nmt.scoring import build_scorers
 
     if not cfg.data:
         raise UsageError("DATA is required: the data-bin folder written by nmt-preprocess, "
@@ -114,6 +138,7 @@ def run(cfg: ValidateJob) -> None:
     data = open_data_dir(cfg.data, cfg.source_lang, cfg.target_lang)
     subsets = [s for s in cfg.valid_subset.split(",") if s]
     datasets = {s: load_language_pair(data.path, s, data.src, data.tgt) for s in subsets}
+    scorers = build_scorers(cfg.scoring, data.tgt) if cfg.scoring else []  # a bad name stops before any work
     for path in checkpoint_paths(cfg.path):
         start = time.perf_counter()
         state = None if is_model_folder(path) else load_checkpoint(path)  # read once: weights and criterion
@@ -122,6 +147,8 @@ def run(cfg: ValidateJob) -> None:
         for subset, dataset in datasets.items():
             stats = split_figures(model, criterion, dataset, cfg, subset)
             click.echo(figures_line(subset, stats, path))
+            if scorers:
+                click.echo("\n".join(score_split(model, data, dataset, cfg, subset, scorers, Path(path).name)))
         click.echo(f"scored {Path(path).name} in {time.perf_counter() - start:.1f}s", err=True)
 
 

@@ -18,16 +18,17 @@ from nmt.errors import ConfigError
 def opt(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | None = None,
         choices: list[Any] | None = None, low: float | None = None, high: float | None = None,
         low_open: bool = False, high_open: bool = False, cli: bool = True,
-        default_factory: Any = dataclasses.MISSING, group: str | None = None) -> Any:
+        default_factory: Any = dataclasses.MISSING, group: str | None = None, bare: Any = None) -> Any:
     """A config field with its help text and its allowed values.
 
     ``choices`` lists the allowed values; ``low`` / ``high`` bound a number (inclusive, or
     exclusive with ``low_open`` / ``high_open``); a float must also be finite. None
     is always allowed for an Optional field. ``flag`` overrides the generated flag name
     (``--field-name``); ``cli=False`` keeps a field off the command line (YAML / ``key=value``
-    only); ``group`` names the ``--help`` section."""
+    only); ``group`` names the ``--help`` section; ``bare`` is the value of the flag given without one
+    (``--constraints`` alone is ``--constraints unordered``)."""
     metadata = {"help": help, "flag": flag, "choices": choices, "low": low, "high": high,
-                "low_open": low_open, "high_open": high_open, "cli": cli, "group": group}
+                "low_open": low_open, "high_open": high_open, "cli": cli, "group": group, "bare": bare}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

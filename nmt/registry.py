@@ -206,9 +206,11 @@ OPTIMIZER = Registry("optimizer", "torch.optim:Optimizer")
 LR_SCHEDULER = Registry("lr_scheduler", "nmt.training.lr_scheduler:LRScheduler", option="--lr-scheduler")
 CRITERION = Registry("criterion", "nmt.training.criterion:Criterion")
 SEARCH = Registry("search", "nmt.generation.search:Search", option="--search")
+SCORER = Registry("scorer", "nmt.scoring:Scorer", option="--scoring")
 
 REGISTRIES: dict[str, Registry] = {
-    r.kind: r for r in (TOKENIZER, BPE, ARCH, ATTENTION, POSITIONAL, OPTIMIZER, LR_SCHEDULER, CRITERION, SEARCH)
+    r.kind: r for r in (TOKENIZER, BPE, ARCH, ATTENTION, POSITIONAL, OPTIMIZER, LR_SCHEDULER, CRITERION, SEARCH,
+                        SCORER)
 }
 
 register_tokenizer = TOKENIZER.register
@@ -220,3 +222,4 @@ register_optimizer = OPTIMIZER.register
 register_lr_scheduler = LR_SCHEDULER.register
 register_criterion = CRITERION.register
 register_search = SEARCH.register
+register_scorer = SCORER.register

@@ -3,8 +3,9 @@
 #   1 prepare     raw text (downloaded, or copied from --from DIR / NMT_MULTI30K_DIR)
 #   2 preprocess  Moses tokenization, joint BPE (10k merges), one joined dictionary
 #   3 train       3+3 layers, d_model 256, 4 heads, d_ff 1024 (examples/multi30k_cpu.yaml), for --minutes
-#   4 average     the last update checkpoints; kept only if its valid loss beats checkpoint_best's
-#   5 translate   test_2016_flickr with beam 5, sacreBLEU printed (+ attention heatmaps)
+#   4 average     the checkpoints of the budget's last 4%; kept only if its valid loss beats checkpoint_best's
+#   5 translate   test_2016_flickr with beam 5: detokenized sacreBLEU and chrF2, and BLEU on the papers'
+#                 scale (lowercased, Moses-tokenized) printed (+ attention heatmaps)
 #   6 plot        loss / perplexity / learning rate curves of the run
 # A rerun reuses finished steps; an interrupted training resumes from checkpoint_last.pt.
 # Usage (from the repository root):
@@ -37,7 +38,8 @@ fi
 RAW=raw/multi30k
 BIN=data-bin/multi30k_en_de
 HOURS=$(awk -v m="$MINUTES" 'BEGIN { printf "%.6g", m / 60 }')
-SAVE_EVERY=50   # updates between the checkpoints that may be averaged (the last 5 are kept)
+# the shares of the training budget at which the checkpoints that may be averaged are taken (the same on any CPU)
+AVERAGE_AT=0.96,0.97,0.98,0.99,1
 step() { echo; echo "== $1 ($(date +%H:%M:%S))"; }
 
 step "1/6 prepare Multi30k into $RAW"
@@ -59,7 +61,7 @@ if python3 -c "from nmt.hardware import bf16_is_faster; raise SystemExit(not bf1
 RECIPE="$(cd "$(dirname "$0")/.." && pwd)/examples/multi30k_cpu.yaml"
 TRAIN=(nmt-train "$BIN" --config "$RECIPE" "${PRECISION[@]}"
   --stop-time-hours "$HOURS" --save-dir "$SAVE" --no-epoch-checkpoints
-  --save-interval-updates "$SAVE_EVERY" --keep-interval-updates 5 --log-interval 50 "${EXTRA[@]}")
+  --save-at-progress "$AVERAGE_AT" --log-interval 50 "${EXTRA[@]}")
 DONE="$SAVE/quickstart_train.done"   # names the finished training run ($RUN below)
 step "3/6 train for $MINUTES minutes into $SAVE"
 RUN="${TRAIN[*]} # recipe $(cksum < "$RECIPE")"   # what a finished run is recognised by: command and recipe
@@ -71,7 +73,7 @@ else
   echo "$RUN" > "$DONE"
 fi
 
-step "4/6 average the last update checkpoints; keep the average only if its valid loss is lower"
+step "4/6 average the checkpoints taken at $AVERAGE_AT of the budget; keep the average only if its valid loss is lower"
 BEST="$SAVE/checkpoint_best.pt"
 AVG="$SAVE/checkpoint_avg.pt"
 CHOSEN_FILE="$SAVE/quickstart_model.txt"   # the checkpoint used for translating
@@ -79,11 +81,11 @@ valid_loss() { sed -n "s/.*| loss \([0-9.]*\) |.*$(basename "$1")\$/\1/p"; }
 if [ -f "$CHOSEN_FILE" ] && [ "$CHOSEN_FILE" -nt "$SAVE/checkpoint_last.pt" ]; then
   echo "quickstart: reusing the choice in $CHOSEN_FILE: $(cat "$CHOSEN_FILE")"
 else
-  n=$(find "$SAVE" -maxdepth 1 -name 'checkpoint_*_*.pt' | wc -l)
+  n=$(find "$SAVE" -maxdepth 1 -name 'checkpoint_progress_*.pt' | wc -l)
   chosen="$BEST"
   if [ "$n" -ge 2 ]; then
     k=$(( n < 5 ? n : 5 ))
-    nmt-average-checkpoints --inputs "$SAVE" --num-update-checkpoints "$k" --output "$AVG"
+    nmt-average-checkpoints --inputs "$SAVE" --num-progress-checkpoints "$k" --output "$AVG"
     scores=$(nmt-validate "$BIN" --path "$BEST:$AVG")
     echo "$scores"
     best_loss=$(echo "$scores" | valid_loss "$BEST")
@@ -95,7 +97,7 @@ else
       echo "quickstart: checkpoint_best.pt wins (valid loss $best_loss <= average's $avg_loss)"
     fi
   else
-    echo "quickstart: fewer than 2 update checkpoints (run too short to average); using checkpoint_best.pt"
+    echo "quickstart: fewer than 2 checkpoints at $AVERAGE_AT of the budget (the run stopped early?); using checkpoint_best.pt"
   fi
   echo "$chosen" > "$CHOSEN_FILE"
 fi
@@ -109,7 +111,7 @@ RESULTS="$SAVE/test"
 if [ -f "$RESULTS/generate-test.txt" ] && [ "$RESULTS/generate-test.txt" -nt "$CHOSEN_FILE" ] \
    && [ "$RESULTS/generate-test.txt" -nt "$CHOSEN" ]; then
   echo "quickstart: reusing $RESULTS/generate-test.txt"
-  grep -E "^(Generate test|sacreBLEU (chrF )?signature)" "$RESULTS/generate-test.txt"
+  grep -E "^(Generate test|[A-Za-z_]+( chrF)? signature:)" "$RESULTS/generate-test.txt"
 else
   ATTN=()
   if [ "$HAVE_MPL" = 1 ]; then
@@ -117,8 +119,9 @@ else
   fi
   # Outputs are capped at 2 x source length + 10 tokens: a trained model never gets there on
   # Multi30k; the cap keeps an untrained one from running on to fairseq's default limit, 200.
+  # --scoring bleu_lc_tok: beside sacreBLEU, BLEU as the Multi30k papers report it (lowercased, tokenized)
   nmt-generate "$BIN" --path "$CHOSEN" --gen-subset test --beam 5 --max-len-a 2 --max-len-b 10 "${PRECISION[@]}" \
-    --max-tokens 4096 --results-path "$RESULTS" "${ATTN[@]}"
+    --max-tokens 4096 --results-path "$RESULTS" --scoring bleu_lc_tok "${ATTN[@]}"
 fi
 
 step "6/6 plot the training curves"

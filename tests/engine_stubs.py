@@ -20,14 +20,14 @@ def _check(model, src, tgt) -> None:
 
 
 def _write(name: str):
-    def write(model, src, tgt, out: Path) -> None:
+    def write(model, src, tgt, out: Path, choices) -> None:
         (out / "engine.json").write_text(json.dumps({"engine": name, "format_version": 1, "stub": True}))
         (out / "step.bin").write_bytes(b"\0" * 64)
 
     return write
 
 
-def _failing(model, src, tgt, out: Path) -> None:
+def _failing(model, src, tgt, out: Path, choices) -> None:
     (out / "engine.json").write_text("{\"half\": ")
     raise NmtError("nmt-export --with compiled: the stand-in failed half-way")
 
@@ -60,7 +60,7 @@ def register_runtimes(monkeypatch, *, compiled_error: str | None = None) -> Load
         data = open_data_dir(str(folder), None, None)
         return load_model(str(folder), data.src_dict, data.tgt_dict)
 
-    def load_compiled(files: Path, trust: bool):
+    def load_compiled(files: Path, trust: bool, bf16: bool = False):
         if compiled_error:
             raise NmtError(compiled_error)
         return member("compiled", files)

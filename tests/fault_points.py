@@ -115,10 +115,10 @@ def install(spec: str) -> None:
 
     step = trainer.Trainer._step
 
-    def step_with_fault(self, totals):
+    def step_with_fault(self, totals, *rest):
         if kind == "block-update" and self.num_updates + 1 == update and here(self):
             _hold()
-        return step(self, totals)
+        return step(self, totals, *rest)
 
     valid_step = trainer.Trainer.valid_step
 

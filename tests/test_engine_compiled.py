@@ -1,6 +1,6 @@
 """The compiled engine (issue 60, items 2-4): nmt-export --with compiled builds an AOTInductor package of the
 encoder and of the decoder step that nmt-generate --engine compiled runs to the torch engine's hypotheses (greedy
-and beam 5, a windowed cache too; bf16 packages within bf16's rounding); a package built for another torch or CPU
+and beam 5, a windowed cache too; with --bf16 its bf16 packages); a package built for another torch or CPU
 is refused in one line; a package this user did not build on this machine (copied in: simulated by another
 XDG_CACHE_HOME, where the record of trusted packages lives) is refused in one line naming --trust-compiled, and
 loads with it.
@@ -44,9 +44,10 @@ def own_cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def compiled_folder(exported_model, own_cache, tmp_path_factory) -> Path:
-    """The exported tiny model folder with its compiled/ (nmt-export --path MODEL_DIR --with compiled)."""
+    """The exported tiny model folder with its compiled/, fp32 and bf16 packages (nmt-export --path MODEL_DIR --with
+    compiled --compiled-precision both)."""
     folder = copy_folder(exported_model.folder, tmp_path_factory.mktemp("compiled") / "model")
-    assert export("--path", folder, "--with", "compiled") == 0
+    assert export("--path", folder, "--with", "compiled", "--compiled-precision", "both") == 0
     return folder
 
 
@@ -127,11 +128,27 @@ def test_compiled_engine_finds_the_torch_engines_hypotheses(exported_model, comp
 
 
 @pytest.mark.slow
+def test_bf16_runs_the_bf16_packages_and_auto_takes_them(exported_model, compiled_folder, capsys):
+    """--bf16 with --engine compiled runs the bf16 packages (bf16 weights and products); auto with --bf16 takes compiled
+    (onnxruntime cannot honour --bf16) and says so; a model this sure of its outputs finds the torch engine's
+    hypotheses in bf16."""
+    m = exported_model
+    argv = [m.data, "--path", compiled_folder, "--beam", "5", "--bf16"]
+    ours = generate(capsys, *argv, "--engine", "compiled")
+    capsys.readouterr()
+    assert call_cli(generate_main, [str(a) for a in argv]) == 0
+    auto_out, auto_err = capsys.readouterr()
+    assert "engine: compiled (auto)" in auto_err
+    reference = generate(capsys, *argv, "--engine", "torch")
+    assert hypotheses(ours) == hypotheses(auto_out) == hypotheses(reference) and len(hypotheses(ours)) == 9
+
+
+@pytest.mark.slow
 def test_a_windowed_cache_and_shared_encoder_rows_step_as_the_eager_decoder(tmp_path, own_cache):
     """Restricted attention keeps the last r + 1 keys (the cache stops growing) and beams share their sentence's
     encoder row: the compiled step takes the eager decoder's log-probabilities (1e-4) and finds its hypotheses."""
     model = trained_tiny("restricted", "sinusoidal")
-    export_compiled(model, tmp_path / "compiled", bf16=True)
+    export_compiled(model, tmp_path / "compiled")
     member = load_compiled_member(tmp_path / "compiled")
     assert member.shares_encoder_rows
     src, lengths = copy_batch(24, seed=7)
@@ -142,12 +159,6 @@ def test_a_windowed_cache_and_shared_encoder_rows_step_as_the_eager_decoder(tmp_
         assert len(compiled_steps) == len(eager_steps) > 3
         for a, b in zip(compiled_steps, eager_steps):
             torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
-    # the bf16 packages: the model's products in bf16, so its distributions within bf16's rounding of the fp32 ones
-    low = load_compiled_member(tmp_path / "compiled", bf16=True)
-    compiled, low_steps = recorded_search(low, src, lengths, search={"name": "greedy"}, beam=1)
-    eager, eager_steps = recorded_search(model, src, lengths, search={"name": "greedy"}, beam=1)
-    assert outputs(compiled) == outputs(eager)  # a model this sure of its copies finds the same ones in bf16
-    assert max(float((a - b).abs().max()) for a, b in zip(low_steps, eager_steps)) < 0.5
 
 
 # --------------------------------------------------------------------------- what may run here
@@ -213,9 +224,12 @@ def test_a_changed_or_missing_package_is_refused_before_it_is_loaded(compiled_fo
     (copied / "encoder.pt2").unlink()
     with pytest.raises(DataError, match="encoder.pt2: missing"):
         load_compiled_member(copied)
+    record = json.loads((copied / ENGINE_FILE).read_text())
+    del record["bfloat16"]  # as exported with --compiled-precision float32
+    (copied / ENGINE_FILE).write_text(json.dumps(record))
     with pytest.raises(UsageError, match="--bf16: .* holds no bf16 compiled packages; add them with nmt-export "
-                                         "--path .* --with compiled --bf16 --force"):
-        load_compiled_member(compiled_folder, bf16=True)
+                                         "--path .* --with compiled --compiled-precision both --force"):
+        load_compiled_member(copied, bf16=True)
     shutil.rmtree(copied)
     copied.mkdir()
     with pytest.raises(DataError, match="engine.json: missing; the folder holds no compiled export"):

@@ -255,7 +255,10 @@ def test_auto_runs_torch_for_checkpoints_old_folders_and_torch_options(exported_
     assert "engine: ctranslate2 (auto)" in err
     out, err = generate(capsys, m.data, "--path", ct2_folder, "--beam", "1", "--threads", "1", "--quiet",
                         "--quantize", "int8")
-    assert "engine: torch (auto: --quantize is an option of the torch engine)" in err
+    assert "engine: ctranslate2 (auto)" in err  # CTranslate2 honours --quantize int8 (its int8 compute type)
+    out, err = generate(capsys, m.data, "--path", ct2_folder, "--beam", "1", "--threads", "1", "--quiet",
+                        "--quantize", "fp16")
+    assert "engine: torch (auto); ctranslate2 not loaded: --quantize fp16" in err
     out, err = generate(capsys, m.data, "--path", ct2_folder, "--beam", "1", "--threads", "1", "--quiet",
                         "--unkpen", "1")
     assert "engine: torch (auto); ctranslate2 not loaded: --unkpen 1: the ctranslate2 engine" in err

@@ -16,10 +16,10 @@ from tests.shared_paths import MULTI30K
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "quickstart.sh"
 SPLITS = {"train": 200, "val": 40, "test_2016_flickr": 40}
-# A tiny model, few updates, checkpoints often enough that there is something to average.
+# A tiny model, few updates, checkpoints at shares of the budget far enough apart to be different.
 TINY = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
         "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--max-tokens", "512",
-        "--max-update", "24", "--save-interval-updates", "4", "--warmup-updates", "10", "--num-threads", "1",
+        "--max-update", "24", "--save-at-progress", "0.5,0.75,1", "--warmup-updates", "10", "--num-threads", "1",
         "--no-progress-bar"]
 
 
@@ -59,11 +59,14 @@ def test_quickstart_end_to_end_then_rerun_reuses_everything(tmp_path):
     assert (cfg.optimization.lr, cfg.model.encoder_layers, cfg.task.max_tokens) == (0.002, 1, 512)
     chosen = Path((save / "quickstart_model.txt").read_text().strip())
     assert chosen.name in ("checkpoint_best.pt", "checkpoint_avg.pt")
-    assert (save / "checkpoint_avg.pt").is_file()  # 6 update checkpoints were written, the last 5 averaged
+    assert (save / "checkpoint_avg.pt").is_file()  # the 3 checkpoints at 0.5, 0.75 and 1 of the budget averaged
+    assert len(list(save.glob("checkpoint_progress_*.pt"))) == 3
     assert "valid on 'valid' subset" in first.stdout  # both candidates scored by nmt-validate
     results = save / "test" / "generate-test.txt"
     assert "Generate test with beam=5: BLEU = " in results.read_text()
-    assert "BLEU = " in first.stdout.splitlines()[-2] and "chrF2 = " in first.stdout.splitlines()[-1]
+    assert "bleu_lc_tok signature: bleu_lc_tok|lc|punct-norm:de|moses-tok-a:de|" in results.read_text()
+    last = first.stdout.splitlines()[-3:]  # detokenized sacreBLEU and chrF2, then the papers' lowercased tokenized BLEU
+    assert "BLEU = " in last[0] and "chrF2 = " in last[1] and "BLEU (lc-tok) = " in last[2]
 
     log_before = (save / "train_log.jsonl").read_text()
     again = quickstart(work, *args)

@@ -17,30 +17,36 @@ import torch
 
 from nmt.checkpoint.errors import CheckpointError
 from nmt.checkpoint.format import load_checkpoint, save_checkpoint
+from nmt.checkpoint.manager import PROGRESS_RE
 from nmt.errors import UsageError
 
 EPOCH_NAME = re.compile(r"checkpoint(\d+)\.pt")
 UPDATE_NAME = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")
+PROGRESS_NAME = PROGRESS_RE  # nmt-train --save-at-progress
+COUNT_FLAGS = "--num-epoch-checkpoints N, --num-update-checkpoints N or --num-progress-checkpoints N"
 
 
-def last_checkpoints(folder: str | Path, num_epoch: int | None = None, num_update: int | None = None) -> list[Path]:
-    """The newest ``num_epoch`` checkpointEPOCH.pt (or ``num_update`` checkpoint_E_U.pt) files, oldest first."""
+def last_checkpoints(folder: str | Path, num_epoch: int | None = None, num_update: int | None = None,
+                     num_progress: int | None = None) -> list[Path]:
+    """The newest ``num_epoch`` checkpointEPOCH.pt (or ``num_update`` checkpoint_E_U.pt, or ``num_progress``
+    checkpoint_progress_P.pt) files, oldest first."""
     folder = Path(folder)
-    if (num_epoch is None) == (num_update is None):
-        raise UsageError("give exactly one of --num-epoch-checkpoints N and --num-update-checkpoints N with a "
-                         "folder in --inputs")
+    given = [(n, pattern, flag) for n, pattern, flag in ((num_epoch, EPOCH_NAME, "--num-epoch-checkpoints"),
+                                                          (num_update, UPDATE_NAME, "--num-update-checkpoints"),
+                                                          (num_progress, PROGRESS_NAME, "--num-progress-checkpoints"))
+             if n is not None]
+    if len(given) != 1:
+        raise UsageError(f"give exactly one of {COUNT_FLAGS} with a folder in --inputs")
     if not folder.is_dir():
         raise UsageError(f"--inputs {folder}: no such folder")
-    pattern, count, flag = ((EPOCH_NAME, num_epoch, "--num-epoch-checkpoints") if num_epoch is not None
-                            else (UPDATE_NAME, num_update, "--num-update-checkpoints"))
-    assert count is not None  # exactly one of the two is given (checked above)
+    count, pattern, flag = given[0]
     if count < 1:
         raise UsageError(f"{flag} {count}: must be at least 1")
-    found = []
+    found: list[tuple[float, Path]] = []
     for path in folder.iterdir():
         m = pattern.fullmatch(path.name)
         if m:
-            found.append((int(m.groups()[-1]), path))
+            found.append((float(m.groups()[-1]), path))
     if len(found) < count:
         raise UsageError(f"{flag} {count}: {folder} holds only {len(found)} such checkpoints "
                          f"({', '.join(sorted(p.name for _, p in found)) or 'none'})")
@@ -112,7 +118,7 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
              for name, s in sums.items()}
     averaged = {name: means[canonical[name]] for name in first["model"]}  # tied names share one tensor again
     training = dict(last.get("training") or {})
-    for key in ("optimizer", "lr_scheduler", "scaler", "iterator"):
+    for key in ("optimizer", "lr_scheduler", "scaler", "iterator", "ema"):
         training[key] = None
     training["extra"] = {**(training.get("extra") or {}), "averaged_from": [str(p) for p in files]}
     return {**last, "model": averaged, "training": training}

@@ -13,7 +13,11 @@ callable is refused instead of executed. Layout (``FORMAT_VERSION`` 2, :mod:`nmt
     user_dir         the --user-dir it was trained with (absolute) or None
     dictionaries     {"source": fingerprint, "target": fingerprint}
     training         epoch, num_updates, end_of_epoch, iterator (epoch iterator state),
-                     optimizer, lr_scheduler, scaler, rng, rng_ranks, best {metric, value}, extra
+                     optimizer, lr_scheduler, scaler, rng, rng_ranks, best {metric, value}, extra,
+                     and with --ema-decay ema {decay, num_updates, raw_model}
+
+With --ema-decay, ``model`` is the moving average of the weights (what the run validated, and what every reader of
+a checkpoint uses) and ``training.ema.raw_model`` the trained weights a resumed run continues from.
 
 ``rng`` is the writer's (rank 0's) random generators; ``rng_ranks`` every rank's, in rank order, when
 several processes trained (None otherwise), so that each rank of a resumed run draws what it would have.
@@ -72,14 +76,15 @@ def build_state(*, model: torch.nn.Module, config: Any, epoch: int, num_updates:
                 iterator_state: Mapping[str, Any] | None = None, end_of_epoch: bool = False,
                 dictionaries: Mapping[str, Any] | None = None, model_config: Any = None,
                 best: Mapping[str, Any] | None = None, extra: Mapping[str, Any] | None = None,
-                rng_ranks: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                rng_ranks: Sequence[Mapping[str, Any]] | None = None, ema: Any = None) -> dict[str, Any]:
     """Everything a run needs to continue exactly, as plain types. Call it on rank 0 right after an update.
 
     ``config`` is the resolved config (dataclass, omegaconf or dict); ``model_config`` defaults to its
     ``model`` section; ``dictionaries`` maps a name ("source", "target") to a Dictionary (its
     ``fingerprint()`` is stored) or to a fingerprint string; ``best`` is the best validation so far
     (``{"metric", "value"}``); ``extra`` holds the trainer's own plain values; ``rng_ranks`` every rank's
-    :func:`get_rng_state` under several processes.
+    :func:`get_rng_state` under several processes; ``ema`` the run's weight average
+    (``nmt.training.ema.WeightAverage``), which then becomes the checkpoint's ``model``.
     Tensors are shared with the live model and optimizer: save the state before the next update."""
     from nmt.config.loader import to_plain
 
@@ -88,28 +93,32 @@ def build_state(*, model: torch.nn.Module, config: Any, epoch: int, num_updates:
     if model_config is None:
         model_config = plain_config.get("model")
     user_dir = (plain_config.get("common") or {}).get("user_dir")
+    weights = model.state_dict()
+    training: dict[str, Any] = {
+        "epoch": int(epoch),
+        "num_updates": int(num_updates),
+        "end_of_epoch": bool(end_of_epoch),
+        "iterator": dict(iterator_state) if iterator_state is not None else None,
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "lr_scheduler": lr_scheduler.state_dict() if lr_scheduler is not None else None,
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "rng": get_rng_state(),
+        "rng_ranks": [dict(r) for r in rng_ranks] if rng_ranks is not None else None,
+        "best": dict(best) if best is not None else None,
+        "extra": dict(extra or {}),
+    }
+    if ema is not None:
+        training["ema"] = {**ema.state_dict(), "raw_model": weights}
     state = {
         "format_version": FORMAT_VERSION,
         "nmt_version": _nmt_version(),
-        "model": model.state_dict(),
+        "model": ema.averaged_state(model) if ema is not None else weights,
         "model_config": _as_plain_config(model_config, to_plain) if model_config is not None else None,
         "config": plain_config,
         "plugins": plugin_records(model, plain_config),
         "user_dir": str(Path(user_dir).expanduser().resolve()) if user_dir else None,
         "dictionaries": {k: d if isinstance(d, str) else d.fingerprint() for k, d in (dictionaries or {}).items()},
-        "training": {
-            "epoch": int(epoch),
-            "num_updates": int(num_updates),
-            "end_of_epoch": bool(end_of_epoch),
-            "iterator": dict(iterator_state) if iterator_state is not None else None,
-            "optimizer": optimizer.state_dict() if optimizer is not None else None,
-            "lr_scheduler": lr_scheduler.state_dict() if lr_scheduler is not None else None,
-            "scaler": scaler.state_dict() if scaler is not None else None,
-            "rng": get_rng_state(),
-            "rng_ranks": [dict(r) for r in rng_ranks] if rng_ranks is not None else None,
-            "best": dict(best) if best is not None else None,
-            "extra": dict(extra or {}),
-        },
+        "training": training,
     }
     return _plain(state, "state")
 

@@ -2,8 +2,10 @@
 
 Names (fairseq's): ``checkpoint_last.pt`` on every save, ``checkpoint<epoch>.pt`` at the end of an
 epoch, ``checkpoint_<epoch>_<updates>.pt`` every ``--save-interval-updates`` inside an epoch, and
-``checkpoint_best.pt`` when the validation ``--best-checkpoint-metric`` improves. One save serialises
-the state once; the other names are hard links to that file (see ``save_checkpoint``).
+``checkpoint_best.pt`` when the validation ``--best-checkpoint-metric`` improves; nmt's own
+``checkpoint_progress_<p>.pt`` when the training progress reaches a point of ``--save-at-progress`` (never
+pruned). One save serialises the state once; the other names are hard links to that file (see
+``save_checkpoint``).
 
 The training loop talks only to :class:`CheckpointManager`: ``resume(parts)`` at the start and
 ``save(parts, ...)`` after updates; the manager builds, checks and applies the states.
@@ -33,6 +35,12 @@ LAST = "checkpoint_last.pt"
 BEST = "checkpoint_best.pt"
 _EPOCH_RE = re.compile(r"checkpoint(\d+)\.pt")
 _UPDATES_RE = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")
+PROGRESS_RE = re.compile(r"checkpoint_progress_(\d\.\d+)\.pt")
+
+
+def progress_name(point: float) -> str:
+    """The file a --save-at-progress point is saved as: ``checkpoint_progress_0.920.pt``."""
+    return f"checkpoint_progress_{point:.3f}.pt"
 _METER_KEYS = ("meters", "train_time")  # the extra values --reset-meters forgets
 # training-state entry -> (the --reset-* option that lets a run start without it, what it is called)
 _RESETTABLE = {"optimizer": ("optimizer", "optimizer"), "lr_scheduler": ("lr_scheduler", "LR scheduler"),
@@ -42,13 +50,15 @@ _RESETTABLE = {"optimizer": ("optimizer", "optimizer"), "lr_scheduler": ("lr_sch
 @dataclass
 class TrainingParts:
     """The live objects a checkpoint saves and a resume restores (None: not part of this run).
-    Each has ``state_dict()`` / ``load_state_dict()``; ``iterator`` is the epoch iterator."""
+    Each has ``state_dict()`` / ``load_state_dict()``; ``iterator`` is the epoch iterator; ``ema`` the
+    --ema-decay weight average (``nmt.training.ema.WeightAverage``)."""
 
     model: torch.nn.Module
     optimizer: Any = None
     lr_scheduler: Any = None
     scaler: Any = None
     iterator: Any = None
+    ema: Any = None
 
 
 class CheckpointManager:
@@ -93,12 +103,14 @@ class CheckpointManager:
     # ----------------------------------------------------------------------- saving
 
     def names(self, epoch: int, num_updates: int, end_of_epoch: bool,
-              val_metrics: Mapping[str, float] | None = None, force_last: bool = False) -> list[str]:
+              val_metrics: Mapping[str, float] | None = None, force_last: bool = False,
+              progress_points: Sequence[float] = ()) -> list[str]:
         """The file names a save at this point writes (empty: nothing to save). Does not change ``best``.
-        ``force_last``: write ``checkpoint_last.pt`` even between scheduled saves (the run is stopping)."""
+        ``force_last``: write ``checkpoint_last.pt`` even between scheduled saves (the run is stopping);
+        ``progress_points``: the --save-at-progress points reached since the last save."""
         if self.cfg.no_save:
             return []
-        names = []
+        names = [progress_name(p) for p in progress_points]
         if end_of_epoch:
             if not self.cfg.no_epoch_checkpoints and epoch % self.cfg.save_interval == 0:
                 names.append(f"checkpoint{epoch}.pt")
@@ -117,15 +129,15 @@ class CheckpointManager:
 
     def save(self, parts: TrainingParts, *, epoch: int, num_updates: int, end_of_epoch: bool,
              val_metrics: Mapping[str, float] | None = None, force_last: bool = False,
-             extra: Mapping[str, Any] | None = None, rng_ranks: Sequence[Mapping[str, Any]] | None = None
-             ) -> list[Path]:
+             extra: Mapping[str, Any] | None = None, rng_ranks: Sequence[Mapping[str, Any]] | None = None,
+             progress_points: Sequence[float] = ()) -> list[Path]:
         """Record the validation in the best metric and, on the writer, write the run's state under every
         name due now (see :meth:`names`), then prune old files. Returns the files written. ``rng_ranks``:
         every rank's random generators (several processes), stored for :meth:`resume`.
 
         The state is built only when something is due; the best value so far goes inside it, so a
         resumed run keeps comparing against it."""
-        names = self.names(epoch, num_updates, end_of_epoch, val_metrics, force_last)
+        names = self.names(epoch, num_updates, end_of_epoch, val_metrics, force_last, progress_points)
         value = self.metric_value(val_metrics)
         if self.is_better(value):
             self.best = value
@@ -138,7 +150,7 @@ class CheckpointManager:
             optimizer=parts.optimizer, lr_scheduler=parts.lr_scheduler, scaler=parts.scaler,
             iterator_state=parts.iterator.state_dict() if parts.iterator is not None else None,
             end_of_epoch=end_of_epoch, dictionaries=self.dictionaries,
-            best={"metric": self.metric, "value": self.best}, extra=extra, rng_ranks=rng_ranks)
+            best={"metric": self.metric, "value": self.best}, extra=extra, rng_ranks=rng_ranks, ema=parts.ema)
         written = save_checkpoint([self.save_dir / n for n in names], state)
         self.prune()
         return written
@@ -240,7 +252,10 @@ class CheckpointManager:
                                   "here")
         training = dict(state["training"])
         self._check_training_parts(training, parts, reset, path)
-        model.load_state_dict(state["model"])
+        ema = training.get("ema")  # --ema-decay: "model" is the average, the trained weights are kept here
+        model.load_state_dict(ema["raw_model"] if ema else state["model"])
+        if parts.ema is not None:
+            parts.ema.load(ema, state["model"] if ema else None)
         for name in ("optimizer", "lr_scheduler", "scaler", "iterator"):
             option = _RESETTABLE.get(name, (None,))[0]
             if option is not None and reset[option]:

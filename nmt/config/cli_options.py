@@ -31,6 +31,7 @@ class FlagSpec:
     group: str
     is_plugin_name: bool = False
     plugins: tuple[str, ...] = ()  # for a plugin option: the plugins that declare it
+    bare: Any = None  # the value of the flag given without one (None: a value is required)
 
 
 def _click_type(tp: Any) -> Any:
@@ -108,7 +109,7 @@ def flag_specs(schema: type) -> list[FlagSpec]:
                 plugin_flags(f, kind, prefix + f.name, group)
                 continue
             add(FlagSpec(flag_of(f), prefix + f.name, _click_type(tp), f.metadata.get("help", "") + _default_text(f),
-                         group))
+                         group, bare=f.metadata.get("bare")))
 
     def plugin_flags(f: dataclasses.Field, kind: str, path: str, group: str) -> None:
         registry = REGISTRIES[kind]
@@ -142,6 +143,9 @@ def click_options(specs: list[FlagSpec]) -> list[click.Option]:
         param = s.path.replace(".", "__")
         if s.type == "bool":
             out.append(click.Option([s.flag, param], is_flag=True, default=None, help=s.help))
+        elif s.bare is not None:  # the value may be left out: the flag alone gives ``bare``
+            out.append(click.Option([s.flag, param], type=s.type, default=None, is_flag=False, flag_value=s.bare,
+                                    help=s.help))
         else:
             out.append(click.Option([s.flag, param], type=s.type, default=None, help=s.help))
         out[-1].nmt_group = s.group  # type: ignore[attr-defined]

@@ -28,6 +28,10 @@ class ExportJob:
                                        "ctranslate2; each in a sub-folder the model card lists. With --path a "
                                        "model folder (and no --output, or the same folder), they are added to it "
                                        "(--force: exported again). docs/engines.md.", flag="--with")
+    compiled_precision: str = opt("auto", "--with compiled: the packages' precision: float32; both (float32 and "
+                                          "bfloat16, for --engine compiled --bf16); auto: both where this CPU has "
+                                          "bf16 matrix instructions, else float32.",
+                                  choices=["auto", "float32", "both"])
     bf16: bool = opt(False, "Store the weights in bfloat16 (half the size; loaded back as float32).")
     quantization: Optional[str] = opt(None, "--format ctranslate2: the weights' type in the CTranslate2 model "
                                             "[default: float32].",

@@ -14,6 +14,18 @@ from nmt.config.common import CommonConfig
 from nmt.fields import opt, plugin_group
 
 GEN = "generation"
+SCORING_HELP = ("Scorers of the translations, comma separated: sacrebleu (detokenized, cased BLEU and chrF2; "
+                "always printed first), bleu_lc_tok (BLEU of lowercased, punctuation-normalized, Moses-tokenized "
+                "(-a) hypotheses and references: the Multi30k papers' scale), or a scorer plugin.")
+TERMS = "terminology"
+
+
+def constraints_field(reads: str) -> Optional[str]:
+    """--constraints [ordered|unordered] of a command that ``reads`` its phrases from where it says."""
+    return opt(None, f"Force target phrases into the translations, {reads} (raw target text, tokenized and BPE'd "
+                     "like the target; docs/terminology.md): unordered (in any order; the flag alone) or ordered "
+                     "(in the order given). Runs --search constrained.",
+               choices=["ordered", "unordered"], bare="unordered", group=TERMS)
 
 
 @dataclass
@@ -86,6 +98,10 @@ class TranslateJob:
                                     "tokenizer and BPE are used).", cli=False)
     source_lang: Optional[str] = opt(None, "Source language [default: read from the data-bin].")
     target_lang: Optional[str] = opt(None, "Target language [default: read from the data-bin].")
+    glossary: Optional[str] = opt(None, "Glossary file: one 'source term<TAB>target term' per line ('#' comments); "
+                                        "where a source term occurs in a sentence (whole words, any case), its "
+                                        "target term is forced into the translation (docs/terminology.md).",
+                                  group=TERMS)
 
 
 @dataclass
@@ -96,6 +112,7 @@ class GenerateJob(TranslateJob):
     results_path: Optional[str] = opt(None, "Write the output to DIR/generate-SUBSET.txt instead of stdout.")
     reference: Optional[str] = opt(None, "Raw (untokenized) reference text for BLEU [default: DATA/raw/SPLIT.TGT "
                                          "kept by nmt-preprocess, else the target side decoded].")
+    scoring: str = opt("sacrebleu", SCORING_HELP)
     attention_plot: Optional[str] = opt(None, "Save cross-attention heatmaps (PNG, one per head) of the first "
                                               "--attention-plot-sentences sentences in this folder "
                                               "(needs matplotlib).")
@@ -107,6 +124,10 @@ class GenerateJob(TranslateJob):
     workers: int = opt(1, "Processes that translate the split together, each with its own copy of the models, "
                           "every N-th sentence in length order and its share of the cores (--threads is per "
                           "process) [faster on a CPU: docs/generation.md].", low=1, high=64)
+    constraints: Optional[str] = constraints_field("read from --constraints-file")
+    constraints_file: Optional[str] = opt(None, "The phrases --constraints forces: one line per sentence of the "
+                                                "split, its phrases separated by tabs (an empty line: none).",
+                                          group=TERMS)
 
 
 @dataclass
@@ -116,6 +137,8 @@ class InteractiveJob(TranslateJob):
     input: str = opt("-", "File of raw sentences, one per line ('-': stdin).")
     buffer_size: int = opt(64, "Sentences read before a batch is translated.", low=1)
     verbose: bool = opt(False, "Print fairseq's S-/H-/D-/P- lines instead of only the translations.")
+    constraints: Optional[str] = constraints_field("given after each sentence as fairseq-interactive reads them: "
+                                                   "source<TAB>phrase<TAB>phrase")
 
 
 @dataclass
@@ -124,9 +147,12 @@ class AverageJob:
 
     common: CommonConfig = field(default_factory=CommonConfig)
     inputs: Optional[str] = opt(None, "Checkpoint files joined by ':' (or ','), or one folder with "
-                                      "--num-epoch-checkpoints / --num-update-checkpoints.")
+                                      "--num-epoch-checkpoints / --num-update-checkpoints / "
+                                      "--num-progress-checkpoints.")
     output: Optional[str] = opt(None, "The averaged checkpoint to write.")
     num_epoch_checkpoints: Optional[int] = opt(None, "Average the last N checkpointEPOCH.pt files of the folder.",
                                                low=1)
     num_update_checkpoints: Optional[int] = opt(None, "Average the last N checkpoint_EPOCH_UPDATE.pt files of the "
                                                       "folder.", low=1)
+    num_progress_checkpoints: Optional[int] = opt(None, "Average the last N checkpoint_progress_P.pt files of the "
+                                                        "folder (nmt-train --save-at-progress).", low=1)

@@ -70,9 +70,14 @@ class OptimizationConfig:
     clip_norm: float = opt(0.0, "Clip the gradient norm to this (0 = no clipping; the norm is still logged).", low=0)
     max_epoch: int = opt(0, "Stop after this many epochs (0 = no limit).", low=0)
     max_update: int = opt(0, "Stop after this many updates (0 = no limit).", low=0)
-    stop_time_hours: float = opt(0.0, "Stop after this much training time, in hours (0 = no limit).", low=0)
+    stop_time_hours: float = opt(0.0, "Stop after this much training time, in hours, summed over resumes; time "
+                                      "spent validating and writing checkpoints does not count (0 = no limit).",
+                                 low=0)
     update_freq: int = opt(1, "Accumulate the gradients of N batches per update (simulates N times more workers).",
                            low=1)
+    ema_decay: float = opt(0.0, "Keep an exponential moving average of the weights with this decay per update "
+                                "(e.g. 0.999; 0 = off), in fp32: validation, checkpoint_best.pt and every "
+                                "checkpoint's model are then the average.", low=0, high=1, high_open=True)
 
 
 @dataclass
@@ -88,6 +93,9 @@ class CheckpointConfig:
     save_interval: int = opt(1, "Save a checkpoint every N epochs.", low=1)
     save_interval_updates: int = opt(0, "Also save a checkpoint every N updates (0 = only at epoch ends).", low=0)
     keep_interval_updates: int = opt(-1, "Keep only the last N update checkpoints (-1 = all).", low=-1)
+    save_at_progress: str = opt("", "Also save checkpoint_progress_P.pt when the training progress (the share "
+                                    "of --stop-time-hours / --max-update spent) reaches each P, comma separated, "
+                                    "e.g. 0.92,0.94,0.96,0.98,1 for five to average over the last tenth.")
     keep_last_epochs: int = opt(-1, "Keep only the last N epoch checkpoints (-1 = all).", low=-1)
     keep_best_checkpoints: int = opt(-1, "Keep the N best checkpoints by the best metric (-1 = none besides "
                                          "checkpoint_best).", low=-1)

@@ -119,7 +119,7 @@ def load_compiled_member(folder: str | Path, trust_compiled: bool = False, *, bf
         packages = record.get("bfloat16")
         if packages is None:
             raise UsageError(f"--bf16: {folder} holds no bf16 compiled packages; add them with nmt-export --path "
-                             f"{folder.parent} --with compiled --bf16 --force, or drop --bf16")
+                             f"{folder.parent} --with compiled --compiled-precision both --force, or drop --bf16")
         _check_parts(packages, folder / ENGINE_FILE, _fix(folder))
     here = this_machine()
     data = [checked_package(folder, packages[part], record["built_for"], here, trust_compiled) for part in PARTS]

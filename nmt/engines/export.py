@@ -27,12 +27,20 @@ MARKERS = {"onnx": "onnx/engine.json", "compiled": "compiled/engine.json", "ctra
 
 
 @dataclass(frozen=True)
+class ExportChoices:
+    """What the exports are built with beyond the model: ``compiled_bf16``, whether compiled/ also holds bf16
+    packages (``--compiled-precision``)."""
+
+    compiled_bf16: bool = False
+
+
+@dataclass(frozen=True)
 class EngineExport:
     """How one ``--with`` name is written: ``check`` refuses (one line) a model it cannot run, before anything is
     written; ``write`` fills the empty folder it is given."""
 
     check: Callable[[nn.Module, Dictionary, Dictionary], None]
-    write: Callable[[nn.Module, Dictionary, Dictionary, Path], None]
+    write: Callable[[nn.Module, Dictionary, Dictionary, Path, ExportChoices], None]
 
 
 def _check_step(model: nn.Module, src: Dictionary, tgt: Dictionary) -> None:
@@ -41,7 +49,7 @@ def _check_step(model: nn.Module, src: Dictionary, tgt: Dictionary) -> None:
     check_exportable(model)
 
 
-def _write_onnx(model: nn.Module, src: Dictionary, tgt: Dictionary, out: Path) -> None:
+def _write_onnx(model: nn.Module, src: Dictionary, tgt: Dictionary, out: Path, choices: ExportChoices) -> None:
     from nmt.engines.onnx_export import export_onnx
 
     export_onnx(model, out)
@@ -53,10 +61,10 @@ def _check_compiled(model: nn.Module, src: Dictionary, tgt: Dictionary) -> None:
     check_compiled_export(model)
 
 
-def _write_compiled(model: nn.Module, src: Dictionary, tgt: Dictionary, out: Path) -> None:
+def _write_compiled(model: nn.Module, src: Dictionary, tgt: Dictionary, out: Path, choices: ExportChoices) -> None:
     from nmt.engines.compiled_export import export_compiled
 
-    export_compiled(model, out)
+    export_compiled(model, out, bf16=choices.compiled_bf16)
 
 
 def _check_ctranslate2(model: nn.Module, src: Dictionary, tgt: Dictionary) -> None:
@@ -73,7 +81,7 @@ def _check_ctranslate2(model: nn.Module, src: Dictionary, tgt: Dictionary) -> No
         raise ConfigError(f"nmt-export --with ctranslate2: {problem}; export without it")
 
 
-def _write_ctranslate2(model: nn.Module, src: Dictionary, tgt: Dictionary, out: Path) -> None:
+def _write_ctranslate2(model: nn.Module, src: Dictionary, tgt: Dictionary, out: Path, choices: ExportChoices) -> None:
     from nmt.interop.ctranslate2_export import export_ctranslate2
 
     export_ctranslate2(model, src, tgt, out)
@@ -100,7 +108,8 @@ def parse_with(text: str) -> list[str]:
     return list(dict.fromkeys(EXPORT_OF.get(name, name) for name in given))
 
 
-def engine_writer(names: Sequence[str], src: Dictionary, tgt: Dictionary) -> EngineWriter:
+def engine_writer(names: Sequence[str], src: Dictionary, tgt: Dictionary,
+                  choices: ExportChoices = ExportChoices()) -> EngineWriter:
     """What ``export_model_folder(engines=...)`` calls: every export checked, then each written into its sub-folder
     of the folder being built; their model.json records."""
 
@@ -110,18 +119,28 @@ def engine_writer(names: Sequence[str], src: Dictionary, tgt: Dictionary) -> Eng
         found = []
         for name in names:
             (folder / name).mkdir()
-            WRITERS[name].write(model, src, tgt, folder / name)
+            WRITERS[name].write(model, src, tgt, folder / name, choices)
             found.append(describe(folder, name, EXPORTS[name]))
         return found
 
     return write
 
 
+def export_choices(compiled_precision: str) -> ExportChoices:
+    """``--compiled-precision``: float32; both (float32 and bfloat16 packages); auto: both where this CPU has bf16
+    matrix instructions (elsewhere bf16 products are emulated, slower than fp32)."""
+    from nmt.hardware import bf16_instructions
+
+    both = compiled_precision == "both" or (compiled_precision == "auto" and bf16_instructions())
+    return ExportChoices(compiled_bf16=both)
+
+
 def marker_files(names: Sequence[str]) -> list[str]:
     return [MARKERS[n] for n in names]
 
 
-def add_engines(folder: str | Path, names: Sequence[str], *, force: bool = False) -> Path:
+def add_engines(folder: str | Path, names: Sequence[str], *, force: bool = False,
+                choices: ExportChoices = ExportChoices()) -> Path:
     """Add the exports ``names`` to the model folder ``folder`` in place; one it already holds is refused unless
     ``force`` (then written again). model.json and README.md are rewritten last; the rest is left alone."""
     from nmt.data.data_bin import open_data_dir
@@ -146,7 +165,7 @@ def add_engines(folder: str | Path, names: Sequence[str], *, force: bool = False
     clean_leftovers(folder)
     tmp = new_work_dir(folder, "tmp")
     try:
-        new = {r["name"]: r for r in engine_writer(names, data.src_dict, data.tgt_dict)(model, tmp)}
+        new = {r["name"]: r for r in engine_writer(names, data.src_dict, data.tgt_dict, choices)(model, tmp)}
         manifest["engines"] = [new.get(n) or held[n] for n in EXPORTS if n in new or n in held]
         (tmp / MANIFEST).write_text(_json(manifest), encoding="utf-8")
         (tmp / CARD).write_text(model_card(manifest, read_metadata(folder)), encoding="utf-8")

@@ -3,10 +3,11 @@
 torch runs everything: checkpoints, ensembles, model folders, --bf16 / --quantize / --compile. The other engines
 run a model folder's engine files (``nmt-export --with``), checked against model.json before they are read; a
 folder without them is one line naming the export that adds them. ``auto``, the default, is torch for
-checkpoints, ensembles, folders without engine files and the torch-only options (--compile, --bf16,
---quantize: precisions of the torch engine), and otherwise the first engine of ``AUTO_ORDER`` the folder holds
-that loads on this machine (a compiled package of another machine, an engine whose package is not installed, or
-search options CTranslate2 cannot honour pass to the next), said on stderr in one line.
+checkpoints, ensembles and folders without engine files, and otherwise the first engine of ``AUTO_ORDER`` the
+folder holds that honours the options given (--compile and --quantize are the torch engine's; --bf16 also runs
+compiled bf16 packages and CTranslate2) and loads on this machine (a compiled package of another machine, an
+engine whose package is not installed, or search options CTranslate2 cannot honour pass to the next), said on
+stderr in one line.
 """
 
 from __future__ import annotations
@@ -97,6 +98,8 @@ def _torch_only(inf: InferenceConfig, engine: str) -> Optional[str]:
                                    (f"--quantize {inf.quantize}", inf.quantize != "none")) if on]
     if engine == "ctranslate2":  # CTranslate2 computes in bfloat16 or int8 itself (compute_type)
         given = [flag for flag in given if flag == "--compile"]
+    if engine == "compiled":  # its bf16 packages (nmt-export --compiled-precision)
+        given = [flag for flag in given if flag != "--bf16"]
     return given[0] if engine != "torch" and given else None
 
 
@@ -141,16 +144,16 @@ def load_engine(inf: InferenceConfig, data: DataDir, gen: Optional[GenerationCon
     held = held_engines(folder) if folder is not None and engine == AUTO else {}
     if not held:
         return _load_torch(inf, data)
-    flag = _torch_only(inf, "onnxruntime")
-    if flag:
-        announce(f"engine: torch (auto: {flag.split()[0]} is an option of the torch engine)")
-        return _load_torch(inf, data)
     assert folder is not None
     passed = []
     for candidate in AUTO_ORDER:
         if candidate == "torch":
             break
         if candidate not in held:
+            continue
+        flag = _torch_only(inf, candidate)
+        if flag:
+            passed.append(f"{candidate} cannot honour {flag.split()[0]}")
             continue
         try:
             if candidate == "ctranslate2" and gen is not None:
@@ -205,7 +208,7 @@ def _load(engine: str, folder: str, record: dict[str, Any], inf: InferenceConfig
     else:
         from nmt.engines.compiled_runtime import load_compiled_member
 
-        member = load_compiled_member(files, inf.trust_compiled)
+        member = load_compiled_member(files, inf.trust_compiled, bf16=inf.bf16)
     loaded.ens = EnsembleModel([cast(torch.nn.Module, member)])  # duck-typed: TransformerModel's interface
     return loaded
 

@@ -19,7 +19,9 @@ import torch
 from torch import nn
 
 from nmt.data.dictionary import Dictionary
+from nmt.errors import UsageError
 from nmt.generation.alignment import AttentionModel, teacher_forced_attention
+from nmt.generation.constraints import ConstraintMap, has_constraints
 from nmt.generation.inference import Translator, first_decoder_input, pad_batch, speed_line
 from nmt.generation.search import Hypothesis, SourceBatch
 
@@ -32,10 +34,12 @@ class TranslatorLike(Protocol):
     tokens: int
 
     def translate(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor, need_attn: bool = False,
-                  where: Callable[[int], str] = ...) -> list[list[Hypothesis]]: ...
+                  where: Callable[[int], str] = ..., constraints: Optional[ConstraintMap] = None
+                  ) -> list[list[Hypothesis]]: ...
 
     def translate_stream(self, batches: Iterable[SourceBatch], need_attn: bool = False,
-                         where: Callable[[int], str] = ...) -> Iterator[tuple[int, list[Hypothesis]]]: ...
+                         where: Callable[[int], str] = ..., constraints: Optional[ConstraintMap] = None
+                         ) -> Iterator[tuple[int, list[Hypothesis]]]: ...
 
     def max_source_positions(self) -> int: ...
 
@@ -134,8 +138,9 @@ class StepTranslator(Translator):
     reference: Optional[TorchReference] = None
 
     def translate(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor, need_attn: bool = False,
-                  where: Callable[[int], str] = lambda k: f"sentence {k}") -> list[list[Hypothesis]]:
-        hyps = super().translate(src_tokens, src_lengths, False, where)
+                  where: Callable[[int], str] = lambda k: f"sentence {k}",
+                  constraints: Optional[ConstraintMap] = None) -> list[list[Hypothesis]]:
+        hyps = super().translate(src_tokens, src_lengths, False, where, constraints)
         if need_attn and self.reference is not None:
             for row, n, found in zip(src_tokens, src_lengths.tolist(), hyps):
                 self.reference.fill(row[:n], found)
@@ -143,11 +148,17 @@ class StepTranslator(Translator):
 
     def translate_stream(self, batches: Iterable[SourceBatch], need_attn: bool = False,
                          where: Callable[[int], str] = lambda i: f"sentence {i}",
-                         ) -> Iterator[tuple[int, list[Hypothesis]]]:
+                         constraints: Optional[ConstraintMap] = None) -> Iterator[tuple[int, list[Hypothesis]]]:
         stream = super().translate_stream
         if not need_attn or self.reference is None:
-            return stream(batches, False, where)
-        return _with_attention(lambda b: stream(b, False, where), batches, self.reference)
+            return stream(batches, False, where, constraints)
+        return _with_attention(lambda b: stream(b, False, where, constraints), batches, self.reference)
+
+
+def refuse_engine_constraints(constraints: Optional[ConstraintMap]) -> None:
+    """CTranslate2 searches by itself and offers a target prefix only: it cannot force terms anywhere else."""
+    if has_constraints(constraints):
+        raise UsageError("--engine ctranslate2 cannot force terms; use --engine torch, onnxruntime or compiled")
 
 
 class BatchTranslator:
@@ -164,11 +175,13 @@ class BatchTranslator:
         self.tokens = 0  # generated tokens of the best hypotheses, eos included
 
     def translate(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor, need_attn: bool = False,
-                  where: Callable[[int], str] = lambda k: f"sentence {k}") -> list[list[Hypothesis]]:
+                  where: Callable[[int], str] = lambda k: f"sentence {k}",
+                  constraints: Optional[ConstraintMap] = None) -> list[list[Hypothesis]]:
         """The hypotheses of each row of ``src_tokens``; a row without a finite one is an error naming
-        ``where(row)``."""
+        ``where(row)``. The engine cannot force terms: ``constraints`` that ask any are refused."""
         from nmt.generation.inference import tally
 
+        refuse_engine_constraints(constraints)
         start = time.perf_counter()
         hyps = self._search(src_tokens, src_lengths)
         self.seconds += time.perf_counter() - start
@@ -182,8 +195,9 @@ class BatchTranslator:
 
     def translate_stream(self, batches: Iterable[SourceBatch], need_attn: bool = False,
                          where: Callable[[int], str] = lambda i: f"sentence {i}",
-                         ) -> Iterator[tuple[int, list[Hypothesis]]]:
+                         constraints: Optional[ConstraintMap] = None) -> Iterator[tuple[int, list[Hypothesis]]]:
         """(sentence id, hypotheses) of every sentence of ``batches``, a batch at a time."""
+        refuse_engine_constraints(constraints)
         for ids, src_tokens, src_lengths in batches:
             def named(k: int, ids: list[int] = ids) -> str:
                 return where(ids[k])

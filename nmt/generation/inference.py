@@ -7,20 +7,22 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Callable, ContextManager, Iterable, Iterator, Sequence
+from typing import Callable, ContextManager, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
 
 from nmt.config.generate import GenerationConfig, InferenceConfig
 from nmt.config.model import ModelConfig
+from nmt.cpu_speed.threads import searching
 from nmt.data.data_bin import DataDir
 from nmt.data.dictionary import Dictionary
 from nmt.data.language_pair_dataset import LanguagePairDataset
 from nmt.errors import UsageError
+from nmt.generation.constraints import ConstraintMap
 from nmt.generation.ensemble import EnsembleModel
 from nmt.generation.guards import check_finite_hypotheses, check_lengths, within_positions
-from nmt.generation.search import Hypothesis, Search, SourceBatch, build_search
+from nmt.generation.search import Hypothesis, Search, SourceBatch, build_search, given
 from nmt.generation.search_options import check_fits_model
 
 
@@ -65,12 +67,13 @@ class Translator:
     tokens: int = 0  # generated tokens of the best hypotheses, eos included
 
     def translate(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor, need_attn: bool = False,
-                  where: Callable[[int], str] = lambda k: f"sentence {k}") -> list[list[Hypothesis]]:
+                  where: Callable[[int], str] = lambda k: f"sentence {k}",
+                  constraints: Optional[ConstraintMap] = None) -> list[list[Hypothesis]]:
         """The hypotheses of each row of ``src_tokens``; a row without a finite one is an error
-        naming ``where(row)``."""
+        naming ``where(row)``. ``constraints``: target phrases per row index (Search.search)."""
         start = time.perf_counter()
-        with torch.inference_mode():
-            hyps = self.search.search(self.ens, src_tokens, src_lengths, need_attn=need_attn)
+        with torch.inference_mode(), searching():  # one thread for a lone sentence's steps (nmt.cpu_speed)
+            hyps = self.search.search(self.ens, src_tokens, src_lengths, need_attn=need_attn, **given(constraints))
         self.seconds += time.perf_counter() - start
         sentences, tokens = tally(hyps, where)
         self.sentences += sentences
@@ -79,14 +82,15 @@ class Translator:
 
     def translate_stream(self, batches: Iterable[SourceBatch], need_attn: bool = False,
                          where: Callable[[int], str] = lambda i: f"sentence {i}",
-                         ) -> Iterator[tuple[int, list[Hypothesis]]]:
+                         constraints: Optional[ConstraintMap] = None) -> Iterator[tuple[int, list[Hypothesis]]]:
         """(sentence id, hypotheses) for every sentence of ``batches``, in the order they finish:
         the search starts waiting sentences as running ones finish (``Search.search_stream``). A
-        sentence without a finite hypothesis is an error naming ``where(id)``."""
-        stream = self.search.search_stream(self.ens, batches, need_attn=need_attn)
+        sentence without a finite hypothesis is an error naming ``where(id)``. ``constraints``: target
+        phrases per sentence id, read as each sentence starts (Search.search_stream)."""
+        stream = self.search.search_stream(self.ens, batches, need_attn=need_attn, **given(constraints))
         while True:
             start = time.perf_counter()
-            with torch.inference_mode():
+            with torch.inference_mode(), searching():
                 item = next(stream, None)
             self.seconds += time.perf_counter() - start
             if item is None:

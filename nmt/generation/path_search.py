@@ -14,6 +14,7 @@ from typing import Iterable, Iterator, Optional
 
 import torch
 
+from nmt.generation.constraints import ConstraintMap, refuse_constraints
 from nmt.generation.ensemble import EnsembleModel
 from nmt.generation.search import Hypothesis, Rows, Search, SentenceQueue, SourceBatch
 from nmt.registry import OptionsT
@@ -48,8 +49,9 @@ class PathSearch(Search[OptionsT]):
         return nxt, lprobs.gather(1, nxt.unsqueeze(1)).squeeze(1)
 
     @torch.inference_mode()
-    def search_stream(self, ens: EnsembleModel, batches: Iterable[SourceBatch],
-                      need_attn: bool = False) -> Iterator[tuple[int, list[Hypothesis]]]:
+    def search_stream(self, ens: EnsembleModel, batches: Iterable[SourceBatch], need_attn: bool = False,
+                      constraints: Optional[ConstraintMap] = None) -> Iterator[tuple[int, list[Hypothesis]]]:
+        refuse_constraints(self.name(), constraints)
         queue = SentenceQueue(batches, self.sp.pad, refill=ens.can_merge and not need_attn)
         paths: Optional[Paths] = None
         found: dict[int, list[Hypothesis]] = {}  # sentence id -> its finished paths so far

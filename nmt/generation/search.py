@@ -7,6 +7,7 @@ A strategy is a plugin registered with ``nmt.registry.register_search``; it impl
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Generic, Iterable, Iterator, Optional
 
@@ -15,6 +16,7 @@ import torch
 from nmt.config.generate import GenerationConfig
 from nmt.data.dictionary import Dictionary
 from nmt.errors import ConfigError
+from nmt.generation.constraints import ConstraintMap, refuse_constraints
 from nmt.generation.ensemble import EnsembleModel
 from nmt.registry import SEARCH, OptionsT
 
@@ -34,6 +36,7 @@ class Hypothesis:
     score: float  # sum of log-probs / len^lenpen
     positional_scores: torch.Tensor  # (T,) log-prob of each token
     attention: torch.Tensor | None = None  # (T, S) cross-attention of each step, when asked for
+    unmet: int = 0  # the sentence's constraint phrases this output lacks (nmt.generation.constraints); 0: all met
 
 
 @dataclass(frozen=True)
@@ -67,24 +70,43 @@ class Search(Generic[OptionsT]):
         self.seed = seed
 
     def search(self, ens: EnsembleModel, src_tokens: torch.Tensor, src_lengths: torch.Tensor,
-               need_attn: bool = False) -> list[list[Hypothesis]]:
+               need_attn: bool = False, constraints: Optional[ConstraintMap] = None) -> list[list[Hypothesis]]:
         """For each of the B sentences of ``src_tokens`` (B, S), its ``nbest`` hypotheses, best first.
-        A strategy implements this or :meth:`search_stream` (then this one runs the batch through it)."""
+        ``constraints``: target phrases per row index (0..B-1) that a strategy able to force terms puts in the
+        outputs (the others refuse them). A strategy implements this or :meth:`search_stream` (then this one runs
+        the batch through it)."""
         if type(self).search_stream is Search.search_stream:
             raise NotImplementedError(f"{type(self).__name__} implements neither search nor search_stream")
-        found = dict(self.search_stream(ens, [(list(range(src_tokens.size(0))), src_tokens, src_lengths)], need_attn))
+        batch = [(list(range(src_tokens.size(0))), src_tokens, src_lengths)]
+        found = dict(self.search_stream(ens, batch, need_attn, **given(constraints)))
         return [found[i] for i in range(src_tokens.size(0))]
 
-    def search_stream(self, ens: EnsembleModel, batches: Iterable[SourceBatch],
-                      need_attn: bool = False) -> Iterator[tuple[int, list[Hypothesis]]]:
+    def search_stream(self, ens: EnsembleModel, batches: Iterable[SourceBatch], need_attn: bool = False,
+                      constraints: Optional[ConstraintMap] = None) -> Iterator[tuple[int, list[Hypothesis]]]:
         """(sentence id, its ``nbest`` hypotheses) for every sentence of ``batches``, as each finishes.
+        ``constraints``: target phrases per sentence id, read when a sentence starts (a live source may add
+        entries before it gives their sentences); a strategy that cannot force terms refuses a map that asks any
+        (nmt.generation.constraints.refuse_constraints).
 
         This default searches one batch after the other. The built-in strategies instead keep a
         batch's worth of sentences running and start waiting ones as others finish (when the
         models' caches can be merged, ``EnsembleModel.can_merge``), so a few long outputs do not
         leave the machine decoding almost empty batches."""
+        if type(self).search is Search.search:
+            raise NotImplementedError(f"{type(self).__name__} implements neither search nor search_stream")
+        takes = "constraints" in inspect.signature(self.search).parameters  # a strategy written before they were
+        if not takes:
+            refuse_constraints(self.name(), constraints)
         for ids, src_tokens, src_lengths in batches:
-            yield from zip(ids, self.search(ens, src_tokens, src_lengths, need_attn))
+            own = None if constraints is None else {k: constraints[i] for k, i in enumerate(ids) if i in constraints}
+            if not takes:
+                refuse_constraints(self.name(), own)  # a live source's map may have grown
+            yield from zip(ids, self.search(ens, src_tokens, src_lengths, need_attn,
+                                            **(given(own) if takes else {})))
+
+    def name(self) -> str:
+        """The --search name the user chose (what a message about this strategy calls it)."""
+        return str(self.gen.search.get("name", type(self).__name__))
 
     # --- shared rules -------------------------------------------------------------------------
 
@@ -288,6 +310,12 @@ class SentenceQueue:
 
     def empty(self) -> bool:
         return not self._waiting and not self._fetch()
+
+
+def given(constraints: Optional[ConstraintMap]) -> dict[str, ConstraintMap]:
+    """The ``constraints=`` keyword to pass on, only when there is a map: strategies written before the keyword
+    existed keep working when none is given."""
+    return {} if constraints is None else {"constraints": constraints}
 
 
 def length_limits(gen: GenerationConfig, max_target_positions: int, src_lengths: torch.Tensor) -> torch.Tensor:

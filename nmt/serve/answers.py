@@ -34,6 +34,9 @@ def native_answer(found: Sequence[Translation], source_lang: str, target_lang: s
                             **({"alignment": h.alignment} if h.alignment is not None else {})}
                            for h in t.hypotheses],
         }
+        if t.constraints:
+            item["constraints"] = t.constraints
+            item["unmet_constraints"] = t.unmet_constraints
         if t.attention is not None and t.hypotheses:
             weights = t.attention.float()  # (L, H, T, S)
             item["attention"] = {

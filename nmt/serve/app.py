@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import os
 from importlib import resources
-from typing import Any, AsyncIterator, Callable, Sequence
+from typing import Any, AsyncIterator, Callable, Optional, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -56,7 +56,14 @@ class TranslationService:
         merged = {**self.defaults, **options}
         try:
             gen = self.model.generation_config(**merged)
-            self.model.translator(gen)  # builds the search: a bad combination fails here
+        except NmtError as e:
+            raise ApiError(400, str(e)) from None
+        return self.search_checked(gen)
+
+    def search_checked(self, gen: GenerationConfig) -> GenerationConfig:
+        """``gen`` once its search is built for the model: a bad combination is a 400."""
+        try:
+            self.model.translator(gen)
         except NmtError as e:
             raise ApiError(400, str(e)) from None
         return gen
@@ -79,27 +86,37 @@ class TranslationService:
                 raise ApiError(400, f"{item(k)}: {problem}")
 
     async def translate(self, sentences: list[str], gen: GenerationConfig, item: Callable[[int], str], *,
-                        alignment: bool = False, attention: bool = False) -> list[Any]:
+                        alignment: bool = False, attention: bool = False, constraints: Optional[list[list[str]]] = None,
+                        ordered: bool = False, glossary: Optional[dict[str, str]] = None) -> list[Any]:
         """The Translations of ``sentences`` (``item(k)`` names the k-th in errors), searched by the batcher with
-        other requests' sentences; an empty or whitespace-only sentence is "" without a search (nmt.api)."""
+        other requests' sentences; an empty or whitespace-only sentence is "" without a search (nmt.api). Its
+        ``constraints`` and the glossary's terms (the server's, and the request's ``glossary``) are forced."""
         ids = [self.model.encode(s) for s in sentences]
         limit = self.model.max_source_positions
         for k, row in enumerate(ids):
             if len(row) > limit:
                 raise ApiError(422, f"{item(k)}: {len(row)} tokens after tokenization and BPE (</s> included), "
                                     f"more than the model's {limit} source positions: split the sentence")
+        try:
+            forced, terms = self.model.sentence_terms(sentences, ids, gen, constraints, ordered=ordered,
+                                                      glossary=glossary, field="constraints",
+                                                      item=lambda k: f"constraints[{k}]")
+        except NmtError as e:
+            raise ApiError(400, str(e)) from None
+        if forced is not gen:  # the constrained search: built (and checked) once per set of options
+            gen = self.search_checked(forced)
         rows = searched_rows(ids)
         found: dict[int, Any] = {}
         if rows:
             job = Job([sentences[k] for k in rows], [ids[k] for k in rows], gen, alignment=alignment,
-                      attention=attention)
+                      attention=attention, terms=[terms[k] for k in rows])
             try:
                 future = self.batcher.submit(job)
             except QueueFull as e:
                 raise ApiError(503, f"server busy: {e}; retry after {RETRY_AFTER_SECONDS}s",
                                {"Retry-After": str(RETRY_AFTER_SECONDS)}) from None
             found = dict(zip(rows, await asyncio.wrap_future(future)))
-        return [found[k] if k in found else blank_translation(sentences[k], alignment=alignment)
+        return [found[k] if k in found else blank_translation(sentences[k], alignment=alignment, terms=terms[k])
                 for k in range(len(sentences))]
 
     def model_info(self) -> dict[str, Any]:
@@ -192,7 +209,8 @@ def build_app(service: TranslationService, start_batcher: bool = True) -> FastAP
         service.check_sentences(req.text, "text", _native_item)
         gen = service.search(req.search_options())
         found = await service.translate(req.text, gen, _native_item, alignment=req.alignment,
-                                        attention=req.attention)
+                                        attention=req.attention, constraints=req.constraints, ordered=req.ordered,
+                                        glossary=req.glossary)
         return JSONResponse(native_answer(found, service.model.source_lang, service.model.target_lang))
 
     @app.api_route(f"{root}/health", methods=["GET", "HEAD"])  # HEAD: what load balancers' checks send

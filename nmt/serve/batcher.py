@@ -33,6 +33,8 @@ import torch
 from nmt.api import TranslationModel
 from nmt.config.generate import GenerationConfig
 from nmt.cpu_speed import release_freed_memory
+from nmt.generation.constraint_input import Terms, forces_terms
+from nmt.generation.constraints import SentenceConstraints
 from nmt.generation.inference import pad_batch
 from nmt.generation.search import Hypothesis, SourceBatch
 from nmt.serve.cores import SharedCores
@@ -61,6 +63,7 @@ class Job:
     gen: GenerationConfig
     alignment: bool = False
     attention: bool = False
+    terms: Optional[list[Optional[Terms]]] = None  # per sentence, the phrases it must contain (None: none)
     future: Future = field(default_factory=Future)
     found: dict[int, list[Hypothesis]] = field(default_factory=dict)  # sentence index -> hypotheses
     handed: int = 0  # sentences handed to a search so far (the first ``handed``)
@@ -99,6 +102,8 @@ class LiveSource:
         self.pad = pad
         self.capacity = batcher.max_sentences
         self.rows: dict[int, tuple[Job, int]] = {}  # running sentence id -> (job, index in the job)
+        # running sentence id -> its forced phrases: the search reads a sentence's when it starts it
+        self.constraints: dict[int, SentenceConstraints] = {}
         self.tokens = 0  # source tokens of ``rows``
         self.small_out = 0  # sentences of small jobs in ``rows``
         self.started = 0  # sentences handed to the search so far (the next id)
@@ -118,6 +123,9 @@ class LiveSource:
             sid = self.started
             self.started += 1
             self.rows[sid] = (job, k)
+            terms = job.terms[k] if job.terms else None
+            if terms is not None:
+                self.constraints[sid] = terms.constraints
             self.tokens += len(job.ids[k])
             self.small_out += job.small
             ids.append(sid)
@@ -128,6 +136,7 @@ class LiveSource:
     def finished(self, sid: int) -> tuple[Job, int]:
         """(job, index in the job) of sentence ``sid``, which the search has finished."""
         job, k = self.rows.pop(sid)
+        self.constraints.pop(sid, None)
         self.tokens -= len(job.ids[k])
         self.small_out -= job.small
         job.out -= 1
@@ -276,7 +285,8 @@ class DynamicBatcher:
         self.stats.streams += 1
         try:
             with self.model.lock, (self.cores.searching() if self.cores else contextlib.nullcontext()):
-                for sid, hyps in self.model.translator(gen).translate_stream(source, need_attn=key[1]):
+                for sid, hyps in self.model.translator(gen).translate_stream(
+                        source, need_attn=key[1], constraints=source.constraints if forces_terms(gen) else None):
                     self.adjust_threads()
                     job, k = source.finished(sid)
                     if job.future.done():  # its client has gone
@@ -307,7 +317,8 @@ class DynamicBatcher:
     def _answer(self, job: Job) -> None:
         try:
             found = [self.model.translation(job.sentences[k], job.ids[k], job.found[k], alignment=job.alignment,
-                                            attention=job.attention) for k in range(len(job.ids))]
+                                            attention=job.attention, terms=job.terms[k] if job.terms else None)
+                     for k in range(len(job.ids))]
         except BaseException as e:  # noqa: BLE001 - this job fails; the others go on
             _settle(job.future, error=e)
             return

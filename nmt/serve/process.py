@@ -87,7 +87,7 @@ def serve(cfg: ServeJob, listen: Callable[[], socket.socket], on_ready: Callable
     path, data = model_location(cfg)
     model = load(path, data, engine=cfg.inference.engine, bf16=cfg.inference.bf16, quantize=cfg.inference.quantize,
                  compile=cfg.inference.compile, threads=cfg.inference.threads,
-                 trust_compiled=cfg.inference.trust_compiled, seed=cfg.common.seed)
+                 trust_compiled=cfg.inference.trust_compiled, seed=cfg.common.seed, glossary=cfg.glossary)
     model.engine.scores = False  # answers carry each hypothesis's score, no per-token ones (nmt.engines.selection)
 
     def new_batcher() -> DynamicBatcher:

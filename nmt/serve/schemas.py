@@ -51,6 +51,13 @@ class NativeRequest(BaseModel):
     alignment: bool = Field(False, description="Return each hypothesis' hard alignment.")
     attention: bool = Field(False, description="Return the best hypothesis' encoder-decoder attention, every "
                                                "layer and head (the page's heatmaps).")
+    constraints: Optional[list[list[str]]] = Field(
+        None, description="Per sentence (as many lists as text), raw target phrases its translation must contain "
+                          "([] for none); with the glossary's, forced by the constrained search.")
+    ordered: bool = Field(False, description="The constraints must appear in the order given.")
+    glossary: Optional[dict[str, str]] = Field(
+        None, description="{source term: target term} for this request, on top of the server's --glossary: a target "
+                          "term is forced where its source term occurs.")
 
     def search_options(self) -> dict[str, Any]:
         names = ("beam", "nbest", "lenpen", "max_len_a", "max_len_b", "min_len", "no_repeat_ngram_size")
@@ -77,6 +84,10 @@ class NativeTranslation(BaseModel):
     source_tokens: list[str]
     hypotheses: list[NativeHypothesis]
     attention: Optional[AttentionWeights] = None
+    constraints: Optional[list[str]] = Field(None, description="The phrases forced (given, then the glossary's), "
+                                                               "when there were any.")
+    unmet_constraints: Optional[list[str]] = Field(None, description="Those the best hypothesis does not contain "
+                                                                     "(with constraints only).")
 
 
 class NativeResponse(BaseModel):

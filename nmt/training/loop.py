@@ -1,8 +1,9 @@
 """The training run: epochs of updates, validation, checkpoints, and the reasons to stop.
 
-Stopping: --max-epoch, --max-update, --stop-time-hours (training time, summed over resumes),
-and --patience (validations in a row without a better --best-checkpoint-metric). Validation
-runs at the end of every --validate-interval epochs and every --validate-interval-updates.
+Stopping: --max-epoch, --max-update, --stop-time-hours (training time, summed over resumes, without the time
+spent validating and writing checkpoints: ``nmt.training.budget.TrainingClock``), and --patience (validations
+in a row without a better --best-checkpoint-metric). Validation runs at the end of every --validate-interval
+epochs and every --validate-interval-updates. --save-at-progress saves checkpoints at shares of the budget.
 SIGTERM/SIGUSR1 (preemption, see ``nmt.training.preemption``) stops every rank after the same
 update, with only the validation that was due anyway, and saves checkpoint_last.pt: resuming it
 continues exactly as if the run had never stopped.
@@ -32,6 +33,7 @@ from nmt.errors import NmtError
 from nmt.fileio import DiskFullError
 from nmt.plugin_loader import load_plugins
 from nmt.training import distributed, preemption
+from nmt.training.budget import TrainingClock, check_budget
 from nmt.training.distributed import DistributedContext
 from nmt.training.job_setup import TrainData, build_model_and_criterion, load_data, train_iterator, valid_iterator
 from nmt.training.metrics import UpdateMeter, ValidMeter
@@ -76,6 +78,11 @@ class TrainingRun:
         self.stop = stop or StopRequest()  # none given: this run is never asked to stop
         self.trainer.stop_requested = self.stop.requested
         self.trainer.time_is_up = self._clock_says_stop
+        self.clock = TrainingClock()  # restarted when the run starts, from the time trained before (train_time)
+        self.trainer.training_seconds = self.elapsed
+        self.save_points = check_budget(cfg)  # --save-at-progress: shares of the budget to save a checkpoint at
+        self.points_passed = 0.0  # the progress up to which they are saved (or were, before a resume)
+        self.points_due: list[float] = []  # reached, to be saved with the next checkpoint
         self.bleu = ValidationBleu.create(cfg, self.data.src_dict, self.data.tgt_dict, ctx, self.log.info)
         self.train_itr = train_iterator(cfg, self.data, ctx)
         self.manager = CheckpointManager(cfg.checkpoint, config=cfg, writer=ctx.is_master, rank=ctx.rank,
@@ -88,7 +95,6 @@ class TrainingRun:
         self.stopped_by: str | None = None  # the signal that stopped the run (None: it was not preempted)
         # The current epoch's figures (and those since the last log line); a mid-epoch checkpoint keeps them.
         self.epoch_meter, self.interval_meter = UpdateMeter(criterion), UpdateMeter(criterion)
-        self.started = time.perf_counter()
         nparams = sum(p.numel() for p in model.parameters())
         self.log.info(f"model {cfg.model.arch['name']}: {nparams:,} parameters; criterion {cfg.criterion['name']}; "
                       f"{self.trainer.precision.name} on {ctx.device} x {ctx.world_size}; "
@@ -103,7 +109,7 @@ class TrainingRun:
         """The live objects a checkpoint saves and a resume restores."""
         t = self.trainer
         return TrainingParts(model=t.model, optimizer=t.optimizer, lr_scheduler=t.lr_scheduler, scaler=t.precision,
-                             iterator=self.train_itr)
+                             iterator=self.train_itr, ema=t.ema)
 
     def _restore(self) -> None:
         training = self.manager.resume(self.parts())
@@ -112,9 +118,14 @@ class TrainingRun:
             return
         t = self.trainer
         t.num_updates = int(training["num_updates"])
-        t.lr_scheduler.step_update(t.num_updates)
         extra = training.get("extra") or {}
         self.train_time = float(extra.get("train_time", 0.0))  # without it under --reset-meters
+        # the progress the schedule read when the checkpoint was taken; else (a checkpoint from before schedules
+        # followed the budget, --reset-lr-scheduler) the budget's share the checkpoint's figures say
+        stored = (training.get("lr_scheduler") or {}).get("progress")
+        t.progress = float(stored) if stored is not None else t.budget.progress(t.num_updates, self.train_time)
+        t.lr_scheduler.step_update(t.num_updates, t.progress)
+        self.points_passed = t.progress
         limit = self.cfg.optimization.stop_time_hours * 3600
         self.time_up = 0 < limit <= self.train_time  # the same checkpoint, so the same answer on every rank
         self.bad_validations = int(extra.get("bad_validations", 0))
@@ -148,21 +159,25 @@ class TrainingRun:
         return "no checkpoint was saved before it"
 
     def elapsed(self) -> float:
-        return self.train_time + time.perf_counter() - self.started
+        """Seconds of training so far, earlier runs of this training included (the clock of --stop-time-hours)."""
+        return self.clock.seconds()
 
     def save(self, end_of_epoch: bool, val_metrics: dict[str, float] | None, force_last: bool = False) -> None:
         """Whatever checkpoints are due (and checkpoint_last when stopping); rank 0 writes them, with every
-        rank's random generators (gathered on every call, by every rank, whether or not a file is due)."""
+        rank's random generators (gathered on every call, by every rank, whether or not a file is due).
+        Not training time (the clock is paused)."""
         epoch, n = self.train_itr.epoch, self.trainer.num_updates
         meters = {"epoch": self.epoch_meter.state_dict(), "interval": self.interval_meter.state_dict()}
-        rng_ranks = distributed.all_gather_object(get_rng_state()) if self.ctx.is_distributed else None
-        try:
-            written = self.manager.save(self.parts(), epoch=epoch, num_updates=n, end_of_epoch=end_of_epoch,
-                                        val_metrics=val_metrics, force_last=force_last, rng_ranks=rng_ranks,
-                                        extra={"train_time": self.elapsed(), "bad_validations": self.bad_validations,
-                                               "meters": meters})
-        except DiskFullError as e:
-            raise NmtError(f"update {n}: {e}; training stopped, {self.last_good_hint()}") from e
+        points, self.points_due = self.points_due, []
+        with self.clock.paused():
+            rng_ranks = distributed.all_gather_object(get_rng_state()) if self.ctx.is_distributed else None
+            extra = {"train_time": self.elapsed(), "bad_validations": self.bad_validations, "meters": meters}
+            try:
+                written = self.manager.save(self.parts(), epoch=epoch, num_updates=n, end_of_epoch=end_of_epoch,
+                                            val_metrics=val_metrics, force_last=force_last, rng_ranks=rng_ranks,
+                                            progress_points=points, extra=extra)
+            except DiskFullError as e:
+                raise NmtError(f"update {n}: {e}; training stopped, {self.last_good_hint()}") from e
         self.last_written = written
         if written:
             self.last_good = written[0]
@@ -171,7 +186,13 @@ class TrainingRun:
     # ------------------------------------------------------------------ validation
 
     def validate(self) -> dict[str, float] | None:
-        """Loss on every validation subset; returns the first subset's figures (None when disabled)."""
+        """Loss on every validation subset, of the weight average with --ema-decay; returns the first subset's
+        figures (None when disabled). Not training time (the clock is paused)."""
+        ema = self.trainer.ema
+        with self.clock.paused(), ema.swapped_in() if ema is not None else contextlib.nullcontext():
+            return self._validate()
+
+    def _validate(self) -> dict[str, float] | None:
         first = None
         epoch = self.train_itr.epoch
         for subset, dataset in self.data.valid.items():
@@ -223,6 +244,16 @@ class TrainingRun:
             return f"reached --stop-time-hours {opt.stop_time_hours}"
         return None
 
+    def _note_progress_points(self) -> bool:
+        """Queue the --save-at-progress points the last update reached (all that are left when the budget has
+        run out: the run stops at this update); True when some are waiting to be saved."""
+        t, opt = self.trainer, self.cfg.optimization
+        budget_spent = self.time_up or 0 < opt.max_update <= t.num_updates
+        now = 1.0 if budget_spent else t.progress
+        self.points_due += [p for p in self.save_points if self.points_passed < p <= now]
+        self.points_passed = max(self.points_passed, now)
+        return bool(self.points_due)
+
     def _preempted(self, requested: bool) -> str | None:
         """The stop reason when some rank was sent a preemption signal (and nothing else ended the run)."""
         if not requested:
@@ -234,6 +265,7 @@ class TrainingRun:
         """Train until a stop condition; returns the last epoch's train and valid figures."""
         max_epoch = self.cfg.optimization.max_epoch
         summary: dict[str, Any] = {}
+        self.clock = TrainingClock(self.train_time)
         reason = self._stop_reason()
         while reason is None:
             if 0 < max_epoch <= self.train_itr.epoch and self.train_itr.end_of_epoch():
@@ -243,7 +275,8 @@ class TrainingRun:
                 reason, summary = self._train_epoch()
             except TrainingDiverged as e:  # in an update or a validation: name where to resume from
                 raise TrainingDiverged(f"{e}; {self.last_good_hint()}") from e
-        self.log.info(f"done training: {reason}; {self.trainer.num_updates} updates in {self.elapsed():.1f} s")
+        self.log.info(f"done training: {reason}; {self.trainer.num_updates} updates in {self.elapsed():.1f} s of "
+                      "training")
         self.log.close()
         return summary
 
@@ -280,6 +313,7 @@ class TrainingRun:
             preempt = stats["stop_requested"]
             valid_due = stats["applied"] and _every(n, task.validate_interval_updates)
             save_due = stats["applied"] and _every(n, cfg.checkpoint.save_interval_updates)
+            save_due = self._note_progress_points() or save_due
             if not self.train_itr.end_of_epoch() and (reason or preempt or valid_due or save_due):
                 # Preemption validates only when due anyway: the resumed run then logs what an uninterrupted one does.
                 val_metrics = self.validate() if (reason or valid_due) else None

@@ -5,7 +5,8 @@ last), sums their losses' logged figures over the ranks, divides the gradients o
 number of target tokens of the update (all ranks, all batches), clips, checks for overflow, and
 steps the optimizer. The result does not depend on how the batches were split over ranks and
 accumulation steps. The same all-reduce carries each rank's preemption request, so that every rank
-knows after the same update whether to stop (``nmt.training.preemption``).
+knows after the same update whether to stop (``nmt.training.preemption``), and each rank's training
+clock, so that every rank's LR schedule reads the same progress through the budget (``nmt.training.budget``).
 """
 
 from __future__ import annotations
@@ -16,14 +17,17 @@ import torch
 
 from nmt.config.train import TrainJob
 from nmt.training import distributed
+from nmt.training.budget import Budget
 from nmt.training.criterion import Criterion
 from nmt.training.distributed import DistributedContext
+from nmt.training.ema import WeightAverage
 from nmt.training.lr_scheduler import build_lr_scheduler
 from nmt.training.optimizer import build_optimizer
 from nmt.training.precision import Precision, check_finite_loss
 
 _STOP = "stop_requests"  # rides with the update's figures: how many ranks were asked to stop
 _TIME_UP = "time_up"  # and how many ranks' clocks say --stop-time-hours is reached
+_CLOCK = "train_seconds"  # and the ranks' training clocks (their mean is every rank's reading)
 
 
 def move_to(sample: Any, device: torch.device) -> Any:
@@ -54,9 +58,13 @@ class Trainer:
                                                model_dim=cfg.model.encoder_embed_dim,
                                                max_update=cfg.optimization.max_update)
         self.precision = Precision(cfg.precision, ctx.device, ctx.world_size, cfg.optimization.update_freq)
+        self.ema = WeightAverage(self.model, cfg.optimization.ema_decay) if cfg.optimization.ema_decay > 0 else None
         self.num_updates = 0
+        self.budget = Budget.of(cfg)
+        self.progress = 0.0  # the share of the budget spent, after the last update (what the LR schedule read)
         self.stop_requested: Callable[[], bool] = lambda: False  # read once per update, by every rank
         self.time_is_up: Callable[[], bool] = lambda: False  # likewise; ranks' clocks differ, their vote does not
+        self.training_seconds: Callable[[], float] = lambda: 0.0  # this rank's training clock (TrainingClock)
 
     # ------------------------------------------------------------------ training
 
@@ -82,9 +90,10 @@ class Trainer:
             for k in sums:
                 sums[k] += float(log.get(k, 0.0))
         totals = self._all_reduce_stats({**sums, _STOP: float(self.stop_requested()),
-                                         _TIME_UP: float(self.time_is_up())})
+                                         _TIME_UP: float(self.time_is_up()), _CLOCK: self.training_seconds()})
         stop, time_up = totals.pop(_STOP) > 0, totals.pop(_TIME_UP) > 0
-        return {**self._step(totals), "stop_requested": stop, "time_up": time_up}
+        seconds = totals.pop(_CLOCK) / self.ctx.world_size
+        return {**self._step(totals, seconds), "stop_requested": stop, "time_up": time_up}
 
     def _all_reduce_stats(self, sums: dict[str, float]) -> dict[str, float]:
         """Sum the update's figures over the ranks (one small all-reduce)."""
@@ -97,8 +106,8 @@ class Trainer:
         values = distributed.all_reduce_sum(values).cpu()
         return {k: float(v) for k, v in zip(keys, values.tolist())}
 
-    def _step(self, totals: dict[str, float]) -> dict[str, Any]:
-        """Normalise, clip, check and apply the accumulated gradients."""
+    def _step(self, totals: dict[str, float], seconds: float) -> dict[str, Any]:
+        """Normalise, clip, check and apply the accumulated gradients; ``seconds``: the training time so far."""
         if self.precision.scaler is None:
             check_finite_loss(totals["loss"], self.num_updates + 1)
         if self.ctx.is_distributed and not distributed.grads_are_averaged(self.wrapped):
@@ -119,7 +128,10 @@ class Trainer:
         if applied:
             self.optimizer.step()
             self.num_updates += 1
-            self.lr_scheduler.step_update(self.num_updates)
+            if self.ema is not None:
+                self.ema.update()
+            self.progress = self.budget.progress(self.num_updates, seconds)
+            self.lr_scheduler.step_update(self.num_updates, self.progress)
         self.optimizer.zero_grad(set_to_none=True)
         return {**totals, "gnorm": gnorm_value, "clipped": clip > 0 and gnorm_value > clip,
                 "lr": self.lr_scheduler.get_lr(), "loss_scale": loss_scale, "applied": applied}

@@ -25,6 +25,7 @@ import torch
 
 from nmt.config.generate import GenerationConfig
 from nmt.config.train import PIPELINE, TrainJob
+from nmt.data.data_bin import DataDir
 from nmt.data.data_shards import first_shard
 from nmt.data.dictionary import Dictionary
 from nmt.data.language_pair_dataset import LanguagePairDataset
@@ -130,7 +131,6 @@ class ValidationBleu:
 
     def __init__(self, cfg: TrainJob, options: EvalBleuOptions, src_dict: Dictionary, tgt_dict: Dictionary,
                  ctx: DistributedContext, log: Callable[[str], None]):
-        from nmt.data.data_bin import DataDir
         from nmt.data.data_dir import resolve_langs
 
         self.cfg = cfg
@@ -179,29 +179,20 @@ class ValidationBleu:
         return self.replica
 
     def _score(self, model: torch.nn.Module, subset: str, dataset: LanguagePairDataset) -> dict[str, float]:
-        from nmt.data.batching import batch_by_size
-        from nmt.generation.ensemble import EnsembleModel
-        from nmt.generation.inference import Translator, search_for, source_batches
         from nmt.generation.output import corpus_scores
 
-        task, data = self.cfg.task, self.data_dir
-        ens = EnsembleModel([model])  # puts the model in eval mode
-        translator = Translator(ens, search_for(self.options.generation, ens, data, self.cfg.common.seed))
+        task = self.cfg.task
         max_tokens = task.max_tokens_valid or task.max_tokens
-        plan = batch_by_size(dataset.src_sizes, None, max_tokens=max_tokens,
-                             max_sentences=task.batch_size_valid or task.batch_size or (None if max_tokens else 128),
-                             seed=None, max_source_positions=translator.max_source_positions(),
-                             skip_invalid=task.skip_invalid_size_inputs_valid_test, split=subset)
-        post = self.options.postprocess
-        hyps: dict[int, str] = {}
-        for sid, found in translator.translate_stream(source_batches(dataset, plan.batches),
-                                                      where=lambda i: f"--eval-bleu: split {subset}, sentence {i}"):
-            hyps[sid] = post(data.tgt_dict.string(found[0].tokens)) if found else ""
+        hyps = translate_split(model, self.data_dir, dataset, subset, self.options.generation, self.cfg.common.seed,
+                               self.options.postprocess, max_tokens=max_tokens,
+                               batch_size=task.batch_size_valid or task.batch_size,
+                               skip_invalid=task.skip_invalid_size_inputs_valid_test, flag="--eval-bleu")
         if not hyps:
             return dict.fromkeys(SCORES, math.nan)
         ids = sorted(hyps)
         if subset not in self.references:
-            self.references[subset] = self._references(subset, dataset)
+            self.references[subset], _ = split_references(self.data_dir, subset, dataset, self.options.postprocess,
+                                                          self.options.raw_references)
         refs = self.references[subset]
         (bleu, _), (chrf, _) = corpus_scores([hyps[i] for i in ids], [refs[i] for i in ids],
                                              tokenize=self.options.tokenize)
@@ -210,16 +201,40 @@ class ValidationBleu:
             self.log(f"--eval-bleu {subset} example reference: {refs[ids[0]]}")
         return {"bleu": float(bleu.score), "chrf": float(chrf.score)}
 
-    def _references(self, subset: str, dataset: LanguagePairDataset) -> list[str]:
-        """The raw text kept by nmt-preprocess when it fits, else the target side post-processed like
-        the hypotheses."""
-        from nmt.data.corpus_files import read_lines
-        from nmt.data.data_dir import kept_raw_text
 
-        raw = kept_raw_text(self.data_dir.path, subset, self.data_dir.tgt) if self.options.raw_references else None
-        if raw is not None:
-            lines = list(read_lines(raw))
-            if len(lines) == len(dataset):
-                return lines
-        string, post = self.data_dir.tgt_dict.string, self.options.postprocess
-        return [post(string(dataset[i]["target"])) for i in range(len(dataset))]
+def translate_split(model: torch.nn.Module, data: DataDir, dataset: LanguagePairDataset, subset: str,
+                    generation: GenerationConfig, seed: int, postprocess: Callable[[str], str], *,
+                    max_tokens: int | None, batch_size: int | None, skip_invalid: bool, flag: str) -> dict[int, str]:
+    """Sentence id -> the first hypothesis of ``model`` (put in eval mode), post-processed (subwords removed,
+    detokenized), for every sentence of ``dataset`` that fits; ``flag`` names the option in an error."""
+    from nmt.data.batching import batch_by_size
+    from nmt.generation.ensemble import EnsembleModel
+    from nmt.generation.inference import Translator, search_for, source_batches
+
+    ens = EnsembleModel([model])  # puts the model in eval mode
+    translator = Translator(ens, search_for(generation, ens, data, seed))
+    plan = batch_by_size(dataset.src_sizes, None, max_tokens=max_tokens,
+                         max_sentences=batch_size or (None if max_tokens else 128),
+                         seed=None, max_source_positions=translator.max_source_positions(),
+                         skip_invalid=skip_invalid, split=subset)
+    hyps: dict[int, str] = {}
+    for sid, found in translator.translate_stream(source_batches(dataset, plan.batches),
+                                                  where=lambda i: f"{flag}: split {subset}, sentence {i}"):
+        hyps[sid] = postprocess(data.tgt_dict.string(found[0].tokens)) if found else ""
+    return hyps
+
+
+def split_references(data: DataDir, subset: str, dataset: LanguagePairDataset, postprocess: Callable[[str], str],
+                     raw: bool = True) -> tuple[list[str], Path | None]:
+    """The raw text kept by nmt-preprocess when ``raw`` and it fits, else the target side post-processed like
+    the hypotheses; and the raw text's file (None: the target side)."""
+    from nmt.data.corpus_files import read_lines
+    from nmt.data.data_dir import kept_raw_text
+
+    kept = kept_raw_text(data.path, subset, data.tgt) if raw else None
+    if kept is not None:
+        lines = list(read_lines(kept))
+        if len(lines) == len(dataset):
+            return lines, Path(kept)
+    string = data.tgt_dict.string
+    return [postprocess(string(dataset[i]["target"])) for i in range(len(dataset))], None

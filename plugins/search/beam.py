@@ -21,11 +21,12 @@ from typing import Any, Iterable, Iterator, Optional
 import torch
 
 from nmt.config.generate import GenerationConfig
+from nmt.generation.constraints import ConstraintMap, refuse_constraints
 from nmt.generation.ensemble import EnsembleModel
 from nmt.generation.search import NEG_INF, Hypothesis, Rows, Search, SentenceQueue, SourceBatch, Specials
 from nmt.generation.topk import wide_topk
 from nmt.plugins.search.greedy import GreedySearch
-from nmt.registry import NoOptions, register_search
+from nmt.registry import NoOptions, OptionsT, register_search
 
 LIVE_LONG = 3.0  # a live search keeps apart sentences that ran this many times the median running one's steps
 LIVE_LONG_MIN = 16  # ... and at least this many
@@ -40,10 +41,26 @@ class Beams(Rows):
     n_done: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))  # (n,) finished per sentence
     finished: list[list[Hypothesis]] = field(default_factory=list)  # (n) per sentence
 
+    def successor(self, fields: dict[str, Any], kept: Optional[torch.Tensor], rows: torch.Tensor,
+                  new_rows: Optional[dict[str, torch.Tensor]] = None) -> "Beams":
+        """The Beams of ``fields`` (Rows's): the sentences ``kept`` (n',) of these (None: every one) in rows made
+        from these rows ``rows`` (n'*k,); ``new_rows``: per-row tensors (n'*k, ...) a subclass's choice gave the
+        new rows (else a subclass's per-row state follows ``rows``)."""
+        if kept is None:
+            return Beams(**fields, ids=self.ids, n_done=self.n_done, finished=self.finished)
+        kept_list = kept.tolist()
+        return Beams(**fields, ids=[self.ids[i] for i in kept_list], n_done=self.n_done[kept],
+                     finished=[self.finished[i] for i in kept_list])
 
-@register_search("beam")
-class BeamSearch(Search[NoOptions]):
-    """Beam search with fairseq's length penalty (--beam, --lenpen, --nbest); --beam 1 is greedy."""
+    def joined(self, other: "Beams", fields: dict[str, Any]) -> "Beams":
+        """The Beams of ``fields`` (Rows.merged_fields): these sentences then ``other``'s."""
+        return Beams(**fields, ids=self.ids + other.ids, n_done=torch.cat([self.n_done, other.n_done]),
+                     finished=self.finished + other.finished)
+
+
+class BeamSearchBase(Search[OptionsT]):
+    """Beam search over a running batch (the machinery): how a step's candidates become beams is :meth:`_choose`'s,
+    which a strategy that chooses its own way (nmt.plugins.search.constrained) overrides, with the Beams it keeps."""
 
     # Starting waiting sentences in the rows of finished ones (Search.search_stream) is off for
     # beam search, which defers a batch's last sentences instead: every beam step reorders the whole
@@ -52,20 +69,26 @@ class BeamSearch(Search[NoOptions]):
     # to somewhat faster than batch by batch; deferring was clearly faster.
     refill = False
 
-    def __init__(self, cfg: NoOptions, gen: GenerationConfig, specials: Specials, seed: int = 1):
+    def __init__(self, cfg: OptionsT, gen: GenerationConfig, specials: Specials, seed: int = 1):
         super().__init__(cfg, gen, specials, seed)
         # One beam is the best token at every step: greedy's path search does that with less bookkeeping.
         self.greedy = GreedySearch(NoOptions(), gen, specials, seed) if gen.beam == 1 else None
 
     @torch.inference_mode()
-    def search_stream(self, ens: EnsembleModel, batches: Iterable[SourceBatch],
-                      need_attn: bool = False) -> Iterator[tuple[int, list[Hypothesis]]]:
+    def search_stream(self, ens: EnsembleModel, batches: Iterable[SourceBatch], need_attn: bool = False,
+                      constraints: Optional[ConstraintMap] = None) -> Iterator[tuple[int, list[Hypothesis]]]:
         """Batch after batch; without refill, a batch's last few sentences (DEFER_AT of it, usually
         long outputs) are set aside and searched again, all together, after the last batch, so they
         do not decode alone for tens of steps per batch. They get the same hypotheses either way."""
+        refuse_constraints(self.name(), constraints)
         if self.greedy is not None:
             yield from self.greedy.search_stream(ens, batches, need_attn)
             return
+        yield from self._run(ens, batches, need_attn, None)
+
+    def _run(self, ens: EnsembleModel, batches: Iterable[SourceBatch], need_attn: bool,
+             constraints: Optional[ConstraintMap]) -> Iterator[tuple[int, list[Hypothesis]]]:
+        """The search of every sentence of ``batches``; ``constraints`` reaches :meth:`_start` (a subclass's)."""
         # a live source (a server's queue) is refilled whatever this strategy prefers: its sentences would
         # otherwise wait for the whole batch to finish
         refill = (self.refill or SentenceQueue.live_capacity(batches) is not None) and ens.can_merge and not need_attn
@@ -78,7 +101,7 @@ class BeamSearch(Search[NoOptions]):
         since_start = 0  # steps since sentences last started
         while True:
             if beams is None:
-                started = self._take(ens, queue, long, sources, since_start, need_attn)
+                started = self._take(ens, queue, long, sources, since_start, need_attn, constraints)
                 if started is not None:
                     since_start = 0
                     beams, done, size = started
@@ -101,7 +124,8 @@ class BeamSearch(Search[NoOptions]):
                 # Sentences waiting now start (their first step) between the running rows' decoder pass and their
                 # choice, and join them in the choice's reorder of the cache: one copy of the running rows instead
                 # of two. Their second step is the running rows' next one, as when they joined before this step.
-                started = self._take(ens, queue, long, sources, since_start, need_attn, beams) if refill else None
+                started = (self._take(ens, queue, long, sources, since_start, need_attn, constraints, beams)
+                           if refill else None)
                 joining = None
                 if started is not None:
                     since_start = 0
@@ -115,7 +139,7 @@ class BeamSearch(Search[NoOptions]):
                 yield from self._forget(done, sources)
 
     def _take(self, ens: EnsembleModel, queue: SentenceQueue, long: Optional[Beams], sources: dict[int, torch.Tensor],
-              since_start: int, need_attn: bool, beams: Optional[Beams] = None
+              since_start: int, need_attn: bool, constraints: Optional[ConstraintMap], beams: Optional[Beams] = None
               ) -> Optional[tuple[Optional[Beams], list[tuple[int, list[Hypothesis]]], int]]:
         """The sentences ``queue`` starts now, past their first step, while ``beams`` and ``long`` run: (their Beams,
         or None if every one ended at once; those that did; how many started), or None if none starts."""
@@ -125,15 +149,14 @@ class BeamSearch(Search[NoOptions]):
             return None
         ids, src_tokens, src_lengths = new
         sources.update({i: row[:n] for i, row, n in zip(ids, src_tokens, src_lengths.tolist())})
-        started, done = self._start(ens, ids, src_tokens, src_lengths, need_attn)
+        started, done = self._start(ens, ids, src_tokens, src_lengths, need_attn, constraints)
         return started, done, len(ids)
 
     def _merge(self, ens: EnsembleModel, a: Beams, b: Beams,
                merged: Optional[tuple[list[Any], list[Any]]] = None) -> Beams:
         """One Beams holding ``a``'s sentences then ``b``'s (``merged``: their encoder outputs and caches, already
         merged)."""
-        return Beams(**a.merged_fields(b, ens, self.sp.pad, merged), ids=a.ids + b.ids,
-                     n_done=torch.cat([a.n_done, b.n_done]), finished=a.finished + b.finished)
+        return a.joined(b, a.merged_fields(b, ens, self.sp.pad, merged))
 
     def _split_long(self, ens: EnsembleModel, beams: Beams) -> tuple[Beams, Optional[Beams]]:
         """(the others, the sentences that have run LIVE_LONG times the median running sentence's steps, and
@@ -157,9 +180,7 @@ class BeamSearch(Search[NoOptions]):
         drop = int(beams.pads[rows].min())
         states = ens.reorder_states(beams.states, rows, encoder_order=enc_rows, drop_left=drop)  # beams: unchanged
         fields = beams.selected_fields(rows, drop, ens.reorder_encoder(beams.encs, enc_rows), states)
-        chosen = sentences.tolist()
-        return Beams(**fields, ids=[beams.ids[i] for i in chosen], n_done=beams.n_done[sentences],
-                     finished=[beams.finished[i] for i in chosen])
+        return beams.successor(fields, sentences, rows)
 
     def _rows_of(self, sentences: torch.Tensor) -> torch.Tensor:
         """The beam rows (n'*k,) of ``sentences`` (n',), each sentence's k rows being consecutive."""
@@ -174,17 +195,20 @@ class BeamSearch(Search[NoOptions]):
             yield i, hyps
 
     def _start(self, ens: EnsembleModel, ids: list[int], src_tokens: torch.Tensor, src_lengths: torch.Tensor,
-               need_attn: bool) -> tuple[Optional[Beams], list[tuple[int, list[Hypothesis]]]]:
-        """The first step of new sentences, one row each; then each becomes its k beams."""
+               need_attn: bool, constraints: Optional[ConstraintMap] = None
+               ) -> tuple[Optional[Beams], list[tuple[int, list[Hypothesis]]]]:
+        """The first step of new sentences, one row each; then each becomes its k beams (``constraints``: for a
+        subclass that forces terms)."""
         sp, n = self.sp, len(ids)
         max_lens = self.max_lengths(ens, src_lengths)  # (n,)
         encs, states = ens.encode(src_tokens, src_lengths), ens.new_states()
         window = torch.full((n, 1), sp.bos, dtype=torch.long)
         lprobs, step_attn = ens.step(window, encs, states, need_attn)  # (n, V)
-        self.apply_rules(lprobs, 0, window[:, 1:], max_lens)
-        beams = Beams(encs, states, window, torch.zeros(n, 1), torch.zeros(n, dtype=torch.long), max_lens,
-                      torch.zeros(n, 0, src_tokens.size(1)) if need_attn else None,
-                      ids=list(ids), n_done=torch.zeros(n, dtype=torch.long), finished=[[] for _ in range(n)])
+        beams = self._opened(Beams(encs, states, window, torch.zeros(n, 1), torch.zeros(n, dtype=torch.long),
+                                   max_lens, torch.zeros(n, 0, src_tokens.size(1)) if need_attn else None,
+                                   ids=list(ids), n_done=torch.zeros(n, dtype=torch.long),
+                                   finished=[[] for _ in range(n)]), constraints)
+        self._rules(lprobs, beams, 0)
         beams.add_attention(step_attn)
         return self._choose(ens, beams, lprobs, torch.arange(n).unsqueeze(1), torch.zeros(n, dtype=torch.long),
                             first=True)
@@ -200,9 +224,19 @@ class BeamSearch(Search[NoOptions]):
         row (N,) had generated before it."""
         lprobs, step_attn = ens.step(beams.window, beams.encs, beams.states, need_attn)  # (N, V)
         step_of = beams.steps()  # (N,) tokens each row generated before this one
-        self.apply_rules(lprobs, step_of, beams.window[:, 1:], beams.row_max)
+        self._rules(lprobs, beams, step_of)
         beams.add_attention(step_attn)
         return lprobs.add_(beams.scores[:, -1:]).view(len(beams.ids), -1), step_of  # (n, k*V), in place
+
+    def _opened(self, beams: Beams, constraints: Optional[ConstraintMap]) -> Beams:
+        """The Beams of sentences just started (one row each, before their first choice): these; a subclass adds
+        what it keeps about them (``constraints``)."""
+        return beams
+
+    def _rules(self, lprobs: torch.Tensor, beams: Beams, step: int | torch.Tensor) -> None:
+        """Adjust the next-token log-probs (N, V) of ``beams``'s rows in place (Search.apply_rules; ``step``: tokens
+        generated so far)."""
+        self.apply_rules(lprobs, step, beams.window[:, 1:], beams.row_max)
 
     def _first_rows(self, beams: Beams) -> torch.Tensor:
         """(n, 1) each sentence's first row."""
@@ -246,10 +280,21 @@ class BeamSearch(Search[NoOptions]):
             sel_pos = torch.cat([sel_pos, sel_pos[:, :1].expand(n, fill)], 1)
             sel_scores = torch.cat([sel_scores, torch.full((n, fill), NEG_INF)], 1)
         rows, tokens, scores = cand_rows.gather(1, sel_pos), cand_tokens.gather(1, sel_pos), sel_scores  # (n, k)
+        return self._keep(ens, beams, done, bool(leaving), rows, tokens, scores, first, joining), results
+
+    def _keep(self, ens: EnsembleModel, beams: Beams, done: torch.Tensor, leaving: bool, rows: torch.Tensor,
+              tokens: torch.Tensor, scores: torch.Tensor, first: bool, joining: Optional[Beams],
+              new_rows: Optional[dict[str, torch.Tensor]] = None) -> Beams:
+        """The Beams after this step: the sentences not ``done`` (n,) (``leaving``: some are), each continuing
+        with its k chosen candidates, their parent ``rows`` (n, k), ``tokens`` and cumulative ``scores``; then
+        ``joining``'s sentences. ``new_rows``: per-row tensors (n, k, ...) of a subclass's choice, handed to
+        Beams.successor as (n'*k, ...)."""
+        kept: Optional[torch.Tensor] = None
         if leaving:  # (most steps have none: they skip these masks and copies)
             keep = ~done  # (n,)
             kept = torch.nonzero(keep).squeeze(1)  # (n',)
             rows, tokens, scores = rows[keep], tokens[keep], scores[keep]  # (n', k)
+            new_rows = {name: t[keep] for name, t in new_rows.items()} if new_rows is not None else None
         rows = rows.view(-1)  # (n'*k,) parents of the new beams
         drop = int(beams.pads[rows].min()) if leaving else 0  # columns no remaining row owns
         share = ens.can_share_encoder  # encoder-side rows: one per sentence, or one per beam
@@ -257,7 +302,7 @@ class BeamSearch(Search[NoOptions]):
             states = ens.reorder_states(beams.states, rows, keep_encoder=share)
             encs = beams.encs if share else ens.reorder_encoder(beams.encs, rows)
         else:  # beams re-ranked within their sentences; when sentences left, the encoder side loses their rows
-            enc_rows = None if not leaving else kept if share else self._rows_of(kept)
+            enc_rows = None if kept is None else kept if share else self._rows_of(kept)
             encs = beams.encs if enc_rows is None else ens.reorder_encoder(beams.encs, enc_rows)
             if joining is None:
                 states = ens.reorder_states(beams.states, rows, encoder_order=enc_rows, keep_encoder=enc_rows is None,
@@ -267,23 +312,21 @@ class BeamSearch(Search[NoOptions]):
                                    encoder_order=enc_rows, drop_left=drop)
                 states = []  # the kept rows' own cache is never built: ``merged`` holds it
         fields = beams.extended_fields(rows, tokens.view(-1), scores.view(-1), drop, encs, states)
-        if not leaving:
-            kept_beams = Beams(**fields, ids=beams.ids, n_done=beams.n_done, finished=beams.finished)
-        else:
-            kept_list = kept.tolist()
-            kept_beams = Beams(**fields, ids=[beams.ids[i] for i in kept_list], n_done=beams.n_done[keep],
-                               finished=[beams.finished[i] for i in kept_list])
-        return (kept_beams if joining is None else self._merge(ens, kept_beams, joining, merged)), results
+        flat = {name: t.flatten(0, 1) for name, t in new_rows.items()} if new_rows is not None else None
+        kept_beams = beams.successor(fields, kept, rows, flat)
+        return kept_beams if joining is None else self._merge(ens, kept_beams, joining, merged)
 
     def _best(self, hyps: list[Hypothesis]) -> list[Hypothesis]:
         return sorted(hyps, key=lambda x: -x.score)[: self.gen.nbest]
 
     def _finalise(self, beams: Beams, take: torch.Tensor, cand_rows: torch.Tensor, cand_scores: torch.Tensor,
-                  step_of: torch.Tensor) -> None:
-        """Store the eos candidates marked in ``take`` (n, k) as finished hypotheses."""
+                  step_of: torch.Tensor, cand_unmet: Optional[torch.Tensor] = None) -> None:
+        """Store the eos candidates marked in ``take`` (n, w) as finished hypotheses (``cand_unmet`` (n, w): the
+        constraint phrases each lacks, when the search forces some)."""
         pos = take.nonzero()  # (F, 2) (sentence, candidate rank)
         rows = cand_rows[pos[:, 0], pos[:, 1]].tolist()  # (F,)
         totals = cand_scores[pos[:, 0], pos[:, 1]]  # (F,)
+        unmet = cand_unmet[pos[:, 0], pos[:, 1]].tolist() if cand_unmet is not None else [0] * len(rows)  # (F,)
         width = beams.window.size(1)
         for f, (sentence, row) in enumerate(zip(pos[:, 0].tolist(), rows)):
             s = int(step_of[row])  # tokens before the eos
@@ -292,4 +335,9 @@ class BeamSearch(Search[NoOptions]):
             positional = running[1:] - running[:-1]  # (s+1,)
             a = beams.attn[row, width - s - 1:].clone() if beams.attn is not None else None  # (s+1, S)
             score = float(self.normalise(totals[f:f + 1], s + 1))
-            beams.finished[sentence].append(Hypothesis(seq, score, positional, a))
+            beams.finished[sentence].append(Hypothesis(seq, score, positional, a, unmet[f]))
+
+
+@register_search("beam")
+class BeamSearch(BeamSearchBase[NoOptions]):
+    """Beam search with fairseq's length penalty (--beam, --lenpen, --nbest); --beam 1 is greedy."""

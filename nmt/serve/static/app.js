@@ -93,6 +93,22 @@
     return Number.isInteger(value) && value >= 1 ? value : undefined;
   }
 
+  // The terms field as the native API takes it: "source = target" lines make a glossary (the target term is forced
+  // where the source term occurs), other lines are target terms forced in every sentence.
+  function terms(sentences) {
+    const glossary = {};
+    const everywhere = [];
+    for (const line of $("terms").value.split("\n").map((l) => l.trim()).filter((l) => l)) {
+      const at = line.indexOf("=");
+      if (at > 0) glossary[line.slice(0, at).trim()] = line.slice(at + 1).trim();
+      else everywhere.push(line);
+    }
+    return {
+      glossary: Object.keys(glossary).length ? glossary : undefined,
+      constraints: everywhere.length ? sentences.map(() => everywhere) : undefined,
+    };
+  }
+
   async function translate() {
     if (busy) return;
     const text = $("source").value.split("\n").map((line) => line.trim()).filter((line) => line);
@@ -104,7 +120,7 @@
     setBusy(true);
     try {
       const answer = await api("v1/translate", {
-        text, beam: count($("beam")), nbest: count($("nbest")), attention: true,
+        text, beam: count($("beam")), nbest: count($("nbest")), attention: true, ...terms(text),
       });
       showTranslations(answer.translations);
     } catch (e) {
@@ -138,6 +154,14 @@
           title: "Show the attention of this translation"}, hypothesisLine(best));
         button.addEventListener("click", () => showAttention(index));
         item.append(button);
+      }
+      if (translation.constraints) {
+        const unmet = translation.unmet_constraints || [];
+        item.append(el("div", {className: "terms muted", text: `terms: ${translation.constraints.join(", ")}`}));
+        if (unmet.length) {
+          item.append(el("div", {className: "unmet", text: `not met: ${unmet.join(", ")}`,
+            title: "The translation lacks these terms: they did not fit its length limit"}));
+        }
       }
       if (others.length) {
         item.append(el("ol", {className: "alternatives"}, others.map((h, rank) =>

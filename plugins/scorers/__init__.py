@@ -1,0 +1,1 @@
+"""Built-in scorers (--scoring): sacrebleu, bleu_lc_tok."""
