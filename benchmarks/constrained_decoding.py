@@ -165,6 +165,8 @@ def main(argv: list[str]) -> str:
                     "%(default)s]")
     ap.add_argument("--repeats", type=int, default=2, help="runs of each tool, taking turns; the best speed counts")
     ap.add_argument("--threads", type=int, default=None, help="torch threads for all (default: torch's)")
+    ap.add_argument("--show", type=int, default=0, help="print up to N outputs of each constrained run that are "
+                                                        "degenerate or miss a term as a whole word [default: 0]")
     ap.add_argument("--fairseq-venv", help="fairseq 0.12's venv (../shared/tools/peer_fairseq.sh install) [default: "
                     "~/.cache/nmt-peer/fairseq-venv when it is there; with --peer only]")
     args = ap.parse_args(argv)
@@ -257,5 +259,10 @@ def main(argv: list[str]) -> str:
             print(f"| {name} | {share} | {share_words} | {bad} | {bleu.score:.2f} | **{best:.1f}** ({runs_text}) "
                   f"| {best / base:.2f}x |", flush=True)
             figures.append(f"{name}: met {share}, degenerate {bad}, BLEU {bleu.score:.2f}, {best:.1f} sent/s")
+            if args.show and name.endswith("constrained"):
+                shown = [k for k in range(len(sources)) if degenerate(run.pieces.get(k, []), ref_pieces[k])]
+                shown += [k for k, _, w in phrases if not contains(words[k], w)]
+                for k in list(dict.fromkeys(shown))[:args.show]:
+                    print(f"  {name}, sentence {k} {terms[k]}: {' '.join(run.pieces.get(k, []))}")
         sys.stdout.flush()
     return "; ".join(figures)

@@ -31,8 +31,8 @@ torch.set_num_threads(1)
 CONSTRAINED = {"name": "constrained"}
 
 
-def phrases(*ids: list[int], ordered: bool = False) -> SentenceConstraints:
-    return SentenceConstraints(tuple(torch.tensor(p) for p in ids), ordered=ordered)
+def phrases(*ids: list[int], ordered: bool = False, mid_word: torch.Tensor | None = None) -> SentenceConstraints:
+    return SentenceConstraints(tuple(torch.tensor(p) for p in ids), ordered=ordered, mid_word=mid_word)
 
 
 def search(model, src, lengths, constraints=None, name: str = "constrained", **options):
@@ -188,6 +188,39 @@ def test_no_piece_is_repeated_to_reach_a_phrase(beam):
     for h in out[0]:
         tokens = h.tokens.tolist()
         assert h.unmet == 0 and tokens.count(A) == 1 and holds(tokens, [A, B]) >= 0
+
+
+G, W = 9, 10  # G: a piece that continues its word ("Fisch@@"), W: one that ends it ("e")
+GLUE = {(): {G: .9, X: .1}, (G,): {A: .5, W: .3, B: .2}, (G, A): {EOS: .9, B: .1}, (G, A, B): {EOS: 1.0},
+        (G, W): {A: .5, EOS: .5}, (G, W, A): {EOS: .9, B: .1}, (G, W, A, B): {EOS: 1.0}}
+
+
+class GlueModel(TableModel):
+    """GLUE's table, every other token a little likely (forced ones too)."""
+
+    def _row(self, prefix: tuple) -> torch.Tensor:
+        return super()._row(prefix).clamp(min=math.log(1e-3))
+
+
+@pytest.mark.parametrize("phrase, glued, apart", [
+    ([B], [G, B, EOS], [G, A, B, EOS]),  # forced right after G; with mid_word only once A ends the word
+    ([A], [G, A, EOS], [G, W, A, EOS]),  # the model spells it after G itself: met, but not as a word
+    ([A, B], [G, A, B, EOS], [G, W, A, B, EOS]),  # its first piece written after G is not its start
+])
+def test_a_phrase_starts_where_a_word_starts_when_the_pieces_say_which_continue(phrase, glued, apart):
+    """Without mid_word a phrase may follow a piece that continues a word ("Fisch@@ markt"); with it, only a piece
+    that ends one, the row finishing its word first; a sentence without mid_word in the same batch is unchanged."""
+    mid_word = torch.zeros(16, dtype=torch.bool)
+    mid_word[G] = True
+    src, lengths = batch([[9], [9]])
+    out = search(GlueModel(GLUE), src, lengths, {0: phrases(phrase), 1: phrases(phrase, mid_word=mid_word)},
+                 beam=5, nbest=3)
+    assert out[0][0].tokens.tolist() == glued and out[1][0].tokens.tolist() == apart
+    for h in out[1]:
+        tokens = h.tokens.tolist()
+        at = holds(tokens, phrase) - len(phrase)
+        assert h.unmet == 0 and at >= 0 and (at == 0 or tokens[at - 1] != G)
+        assert tokens.count(phrase[0]) == 1  # never "Fisch@@ markt markt"
 
 
 def test_a_batch_gives_what_one_sentence_at_a_time_gives():

@@ -116,3 +116,23 @@ def test_unmet_phrases_are_those_the_output_lacks(terminology):
     assert unmet_phrases(ordered, out("THE RED HOUSE CAT")) == []
     assert unmet_phrases(ordered, out("THE CAT SAT ON THE RED HOUSE")) == ["CAT"]  # not after RED HOUSE
     assert unmet_phrases(None, out("CAT")) == []
+
+
+def test_the_pieces_that_continue_a_word_are_those_of_subword_nmt_ending_with_the_separator(terminology):
+    """mid_word: per target id, whether a word goes on after it (subword-nmt's "@@" pieces); built once per model
+    and shared by every sentence's constraints, glossary terms included."""
+    from nmt.data.text_pipeline import BPE
+    from nmt.plugins.bpe.none import NoBPE
+    from nmt.registry import NoOptions
+
+    symbols = terminology.data.tgt_dict.symbols
+    mid_word = terminology.encoder.mid_word
+    assert mid_word is not None and mid_word.tolist() == [s.endswith("@@") for s in symbols]
+    assert 0 < int(mid_word.sum()) < len(symbols) and terminology.encoder.mid_word is mid_word
+    terms = terminology.terms([], ["RED HOUSE", "CAT"], "x")
+    assert terms is not None and terms.constraints.mid_word is mid_word
+    bpe = terminology.encoder.pipeline.bpe
+    assert bpe.continues_word("HO@@") and not bpe.continues_word("HOUSE") and not bpe.continues_word("@@X")
+    # no subwords, or pieces that mark a word's start ("▁Haus"): a phrase starts a word wherever it goes
+    assert not NoBPE(NoOptions(), None).continues_word("HO@@")
+    assert not BPE.continues_word(bpe, "\u2581HO")

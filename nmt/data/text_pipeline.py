@@ -67,6 +67,12 @@ class BPE(Generic[OptionsT]):
     def decode(self, line: str) -> str:
         raise NotImplementedError
 
+    def continues_word(self, piece: str) -> bool:
+        """Whether the word goes on after ``piece`` (subword-nmt's "Fisch@@"): a forced term may not start right
+        after such a piece. False for BPEs whose pieces never glue to the next one (no subwords, or sentencepiece,
+        which marks a word's start instead: a term starting with such a piece starts a word wherever it goes)."""
+        return False
+
 
 class TextPipeline:
     """tokenizer then BPE; ``decode`` undoes them in the reverse order."""

@@ -11,6 +11,7 @@ could only be written as <unk>), phrases needing more tokens than the sentence's
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -58,6 +59,15 @@ class PhraseEncoder:
         self.tgt_dict = tgt_dict
         self.dict_name = dict_name  # the dictionary's file, for messages
 
+    @functools.cached_property
+    def mid_word(self) -> Optional[torch.Tensor]:
+        """(V,) bool over the target dictionary: the pieces a word goes on after (the target BPE's
+        ``continues_word``), so that a forced phrase starts where a word starts; None when no piece is one (no
+        subwords, sentencepiece). Built once: every sentence's constraints share it."""
+        bpe = self.pipeline.bpe
+        flags = torch.tensor([bpe.continues_word(s) for s in self.tgt_dict.symbols], dtype=torch.bool)
+        return flags if bool(flags.any()) else None
+
     def pieces(self, phrase: str) -> list[str]:
         """The model's target tokens (subwords) of ``phrase``."""
         return self.pipeline.encode(phrase).split()
@@ -89,15 +99,17 @@ class Terms:
     constraints: SentenceConstraints
 
 
-def make_terms(phrases: Sequence[tuple[str, torch.Tensor]], ordered: bool) -> Optional[Terms]:
-    """The Terms of (text, ids) ``phrases``, a phrase given twice (the same ids) kept once; None without any."""
+def make_terms(phrases: Sequence[tuple[str, torch.Tensor]], ordered: bool,
+               mid_word: Optional[torch.Tensor] = None) -> Optional[Terms]:
+    """The Terms of (text, ids) ``phrases``, a phrase given twice (the same ids) kept once; None without any.
+    ``mid_word``: the target pieces no phrase may follow (PhraseEncoder.mid_word)."""
     kept: dict[tuple[int, ...], tuple[str, torch.Tensor]] = {}
     for text, ids in phrases:
         kept.setdefault(tuple(ids.tolist()), (text, ids))
     if not kept:
         return None
     texts, tensors = zip(*kept.values())
-    return Terms(tuple(texts), SentenceConstraints(tuple(tensors), ordered))
+    return Terms(tuple(texts), SentenceConstraints(tuple(tensors), ordered, mid_word))
 
 
 def output_limit(gen: GenerationConfig, max_target_positions: int, source_length: int) -> int:

@@ -31,6 +31,8 @@ class PhraseTable:
     lengths: torch.Tensor  # (n, C) tokens of each phrase (0: no phrase)
     live: torch.Tensor  # (n, C) bool: a phrase the search tries to meet (not one that cannot fit the length limit)
     ordered: torch.Tensor  # (n,) bool: the phrases must come in their order
+    by_word: torch.Tensor  # (n,) bool: the phrases start where a word starts (the sentence gave ``mid_word``)
+    mid_word: Optional[torch.Tensor] = None  # (V,) bool: the pieces a word goes on after (None: no sentence says)
     right: torch.Tensor = field(init=False)  # (n, C, L) each phrase at the right end (NO_TOKEN before it)
 
     def __post_init__(self) -> None:
@@ -53,6 +55,8 @@ class PhraseTable:
         lengths = torch.zeros(n, count, dtype=torch.long)
         live = torch.zeros(n, count, dtype=torch.bool)
         order = torch.tensor([c is not None and c.ordered for c in found], dtype=torch.bool)
+        by_word = torch.tensor([c is not None and c.mid_word is not None for c in found], dtype=torch.bool)
+        mid_word = next((c.mid_word for c in found if c is not None and c.mid_word is not None), None)
         special = torch.tensor(list(specials), dtype=torch.long)
         for s, (sid, own) in enumerate(zip(ids, phrases)):
             room = int(limits[s])
@@ -66,7 +70,7 @@ class PhraseTable:
                 if fits:
                     room -= int(t.numel())
                 live[s, c] = fits and (not bool(order[s]) or bool(live[s, :c].all()))
-        return PhraseTable(tokens, lengths, live, order)
+        return PhraseTable(tokens, lengths, live, order, by_word, mid_word)
 
     @property
     def count(self) -> int:
@@ -75,7 +79,7 @@ class PhraseTable:
 
     def select(self, sentences: torch.Tensor) -> "PhraseTable":
         return PhraseTable(self.tokens[sentences], self.lengths[sentences], self.live[sentences],
-                           self.ordered[sentences])
+                           self.ordered[sentences], self.by_word[sentences], self.mid_word)
 
     def joined(self, other: "PhraseTable") -> "PhraseTable":
         """These sentences' phrases then ``other``'s, padded to the wider of both."""
@@ -90,7 +94,8 @@ class PhraseTable:
         return PhraseTable(torch.cat([pad(self.tokens, NO_TOKEN, c, w), pad(other.tokens, NO_TOKEN, c, w)]),
                            torch.cat([pad(self.lengths, 0, c), pad(other.lengths, 0, c)]),
                            torch.cat([pad(self.live, False, c), pad(other.live, False, c)]),
-                           torch.cat([self.ordered, other.ordered]))
+                           torch.cat([self.ordered, other.ordered]), torch.cat([self.by_word, other.by_word]),
+                           self.mid_word if self.mid_word is not None else other.mid_word)
 
 
 @dataclass
@@ -123,6 +128,16 @@ class Progress:
         met = [F.pad(m, (0, c - m.size(1)), value=False) for m in (self.met, other.met)]
         return Progress(torch.cat(met), *(torch.cat([getattr(self, name), getattr(other, name)])
                                           for name in ("active", "done", "run", "same")))
+
+
+def glued(table: PhraseTable, sent: torch.Tensor, last: torch.Tensor) -> Optional[torch.Tensor]:
+    """(R, L) bool: which of a row's ``last`` (R, L) generated tokens a word goes on after, so that no phrase may
+    start right after it: for the rows of sentences that gave ``mid_word`` (False before a row's first token);
+    None when no sentence did."""
+    if table.mid_word is None:
+        return None
+    known = (last >= 0) & (last < table.mid_word.numel())  # columns before the first token hold -2
+    return table.mid_word[last.clamp(0, table.mid_word.numel() - 1)] & known & table.by_word[sent].unsqueeze(1)
 
 
 def first_open(table: PhraseTable, met: torch.Tensor, sent: torch.Tensor) -> torch.Tensor:
@@ -165,24 +180,36 @@ def unmet(table: PhraseTable, met: torch.Tensor, sent: torch.Tensor) -> torch.Te
     return ((table.lengths[sent] > 0) & ~met).sum(1)
 
 
-def forced(table: PhraseTable, p: Progress, sent: torch.Tensor, room: torch.Tensor,
-           tail: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def forced(table: PhraseTable, p: Progress, sent: torch.Tensor, room: torch.Tensor, last: torch.Tensor,
+           glue: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The constraint candidates of each row (R,), one per phrase: (token, allowed, its position in the phrase),
     each (R, C). A committed row's is its phrase's next token. A free row's, for each phrase it may meet next
     (``first_open``) and whose rest fits in its ``room`` (R,), is the token after the longest beginning of the phrase
-    its output (``tail`` (R, L-1): its last tokens) already ends with: mostly the phrase's first token; but a piece
-    the row produced by itself is taken as the phrase's start, never produced a second time to reach it."""
+    its output (``last`` (R, L): its last tokens) already ends with: mostly the phrase's first token; but a piece
+    the row produced by itself is taken as the phrase's start, never produced a second time to reach it.
+
+    With ``glue`` (R, L) (``glued`` of ``last``), a phrase starts only after a piece that ends a word, be it forced
+    now or begun by the row's own tokens; and a row whose output ends with a beginning of the phrase glued to a
+    word ("Fisch@@ markt") does not start the phrase at once, which would write those pieces twice ("markt
+    markt"). A committed row goes on whatever its pieces."""
     width = table.tokens.size(2)
     tokens, lengths = table.tokens[sent], table.lengths[sent]  # (R, C, L), (R, C)
     own = torch.arange(table.count).unsqueeze(0) == p.active.unsqueeze(1)  # (R, C)
     free = (p.active < 0).unsqueeze(1)  # (R, 1)
     at = own.long() * p.done.unsqueeze(1)  # (R, C)
-    for j in range(1, width):  # the phrase's first j tokens end the output: a loop over a phrase's length only
-        ends = (tail[:, width - 1 - j:].unsqueeze(1) == tokens[:, :, :j]).all(2) & (j < lengths) & free  # (R, C)
+    written = torch.zeros_like(at)  # (R, C) the longest beginning of the phrase the output ends with (glue only)
+    for j in range(1, width + 1):  # the phrase's first j tokens end the output: a loop over a phrase's length only
+        ends = (last[:, width - j:].unsqueeze(1) == tokens[:, :, :j]).all(2) & free  # (R, C)
         ends &= (p.run >= j).unsqueeze(1)  # of free tokens after the last phrase only
-        at = at.masked_fill(ends, j)
+        if glue is not None:
+            written = written.masked_fill(ends & (j <= lengths), j)
+            if j < width:  # begun where a word starts
+                ends &= ~glue[:, width - 1 - j].unsqueeze(1)
+        at = at.masked_fill(ends & (j < lengths), j)
     token = tokens.gather(2, at.unsqueeze(2)).squeeze(2)  # (R, C)
     starts = free & first_open(table, p.met, sent) & (lengths - at <= room.unsqueeze(1))
+    if glue is not None:  # the piece before the phrase's start ends a word, and none of the phrase comes twice
+        starts &= ~glue.gather(1, (width - 1 - at).clamp(min=0)) & (written <= at)
     return token, own | starts, at
 
 
@@ -202,11 +229,12 @@ def echoes(table: PhraseTable, p: Progress, sent: torch.Tensor, tail: torch.Tens
 
 
 def advance(table: PhraseTable, p: Progress, sent: torch.Tensor, token: torch.Tensor, choice: torch.Tensor,
-            at: torch.Tensor, tail: torch.Tensor) -> Progress:
+            at: torch.Tensor, tail: torch.Tensor, glue: Optional[torch.Tensor] = None) -> Progress:
     """The progress after each candidate (R,): its parent's ``p``, its ``token``, its ``choice`` (the phrase it
     produces a token of: the committed one, or one it starts; -1: a free token), the token's position ``at`` in that
     phrase (``forced``'s) and ``tail`` (R, L-1) the parent's last tokens (a free token that ends a phrase's
-    spelling meets it too). ``same`` is left to the caller (it depends on the other candidates)."""
+    spelling meets it too, when it starts where a word starts if ``glue`` (R, L), ``glued`` of the parent's last L
+    tokens, says). ``same`` is left to the caller (it depends on the other candidates)."""
     count = table.count
     lengths = table.lengths[sent]  # (R, C)
     on = choice >= 0  # (R,)
@@ -222,6 +250,8 @@ def advance(table: PhraseTable, p: Progress, sent: torch.Tensor, token: torch.Te
     right = table.right[sent]  # (R, C, L)
     spelled = ((seq.unsqueeze(1) == right) | (right == NO_TOKEN)).all(2) & (lengths > 0)  # (R, C)
     spelled &= first_open(table, p.met, sent) & (~on).unsqueeze(1) & (lengths <= (p.run + 1).unsqueeze(1))
+    if glue is not None:  # the piece before the spelling ends a word
+        spelled &= ~glue.gather(1, (table.tokens.size(2) - lengths).clamp(0, table.tokens.size(2) - 1))
     spelled &= spelled.cumsum(1) == 1  # one phrase at a time (two equal phrases: two occurrences)
     run = torch.where(on | spelled.any(1), 0, (p.run + 1).clamp(max=table.tokens.size(2)))
     return Progress(met | spelled, active, done, run, p.same)

@@ -8,7 +8,7 @@ them (``--search constrained``, nmt.plugins.search.constrained). A search that c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 import torch
@@ -22,6 +22,10 @@ class SentenceConstraints:
 
     phrases: tuple[torch.Tensor, ...]  # each (n,) long target-dictionary ids, n >= 1, no eos/bos/pad
     ordered: bool = False  # the phrases must appear in this order (--constraints ordered)
+    # (V,) bool over the target dictionary: the pieces a word goes on after (subword-nmt's "Fisch@@"); given, a
+    # phrase starts only where a word starts (never "Fisch@@ markt" for "markt"). One tensor per model, shared by
+    # every sentence; None: a phrase may start after any piece
+    mid_word: Optional[torch.Tensor] = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for p in self.phrases:

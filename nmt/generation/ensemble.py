@@ -13,7 +13,6 @@ from typing import Any, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from nmt.cpu_speed.threads import fit_threads
 from nmt.models.decoder_cache import DecoderCache
 
 DEFAULT_MAX_POSITIONS = 1024
@@ -104,7 +103,6 @@ class EnsembleModel:
         return min(limits) if limits else DEFAULT_MAX_POSITIONS
 
     def encode(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor) -> list[Any]:
-        fit_threads(int(src_lengths.sum()))  # one thread for a few source tokens (nmt.cpu_speed.threads)
         return [m.encoder(src_tokens, src_lengths) for m in self.models]
 
     def new_states(self) -> list[Any]:
@@ -148,7 +146,6 @@ class EnsembleModel:
              need_attn: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probabilities (N, V) of the next token after prefix ``tokens`` (N, t), in fp32,
         and the cross-attention (N, S) of that step averaged over the members (or None)."""
-        fit_threads(tokens.size(0))  # one thread for a step on a few rows (nmt.cpu_speed.threads)
         lprobs_all, attn_sum = [], None
         for decoder, enc, state, given in zip(self.decoders, encs, states, self.gives_log_probs):
             extra = {"need_weights": True} if need_attn else {}

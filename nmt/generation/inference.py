@@ -14,7 +14,6 @@ import torch
 
 from nmt.config.generate import GenerationConfig, InferenceConfig
 from nmt.config.model import ModelConfig
-from nmt.cpu_speed.threads import searching
 from nmt.data.data_bin import DataDir
 from nmt.data.dictionary import Dictionary
 from nmt.data.language_pair_dataset import LanguagePairDataset
@@ -72,7 +71,7 @@ class Translator:
         """The hypotheses of each row of ``src_tokens``; a row without a finite one is an error
         naming ``where(row)``. ``constraints``: target phrases per row index (Search.search)."""
         start = time.perf_counter()
-        with torch.inference_mode(), searching():  # one thread for a lone sentence's steps (nmt.cpu_speed)
+        with torch.inference_mode():
             hyps = self.search.search(self.ens, src_tokens, src_lengths, need_attn=need_attn, **given(constraints))
         self.seconds += time.perf_counter() - start
         sentences, tokens = tally(hyps, where)
@@ -90,7 +89,7 @@ class Translator:
         stream = self.search.search_stream(self.ens, batches, need_attn=need_attn, **given(constraints))
         while True:
             start = time.perf_counter()
-            with torch.inference_mode(), searching():
+            with torch.inference_mode():
                 item = next(stream, None)
             self.seconds += time.perf_counter() - start
             if item is None:

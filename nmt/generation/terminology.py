@@ -68,7 +68,7 @@ class Terminology:
         used = self.glossary.merged(glossary) if self.glossary is not None else glossary
         if used is not None:
             phrases += used.find(words)
-        return make_terms(phrases, ordered)
+        return make_terms(phrases, ordered, self.encoder.mid_word)
 
     def check(self, terms: Optional[Terms], gen: GenerationConfig, max_target_positions: int, source_length: int,
               where: str) -> None:

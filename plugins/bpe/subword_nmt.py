@@ -141,3 +141,6 @@ class SubwordNmtBPE(BPE[SubwordNmtConfig]):
 
     def decode(self, line: str) -> str:
         return (line + " ").replace(SEPARATOR + " ", "").rstrip(" ")
+
+    def continues_word(self, piece: str) -> bool:
+        return piece.endswith(SEPARATOR)

@@ -4,7 +4,10 @@ the order given, chosen by dynamic beam allocation over the whole batch at once.
 Candidates. Each step, a sentence's candidates are beam search's 2k best (beam x vocabulary), each row's own best
 token, and its *constraint candidates*, one per phrase: the next token of the phrase a row is committed to, or, for
 a free row, the token that starts a phrase it may meet next and whose rest still fits before the length limit
-(after the longest beginning of the phrase the row's output already ends with, mostly none).
+(after the longest beginning of the phrase the row's output already ends with, mostly none). When the target BPE
+says which pieces a word goes on after (SentenceConstraints.mid_word: subword-nmt's "Fisch@@"), a phrase starts only
+where a word starts: a free row after such a piece finishes its word first (its other candidates are kept), and a
+phrase its own tokens spell after one ("Fisch@@ markt") neither counts nor is written again at once.
 
 Banks and allocation. A candidate's *bank* is the number of phrase tokens its output holds (met phrases and the
 committed one's progress). The k beams are dealt bank by bank (Post & Vilar 2018; Hu et al. 2019): the best
@@ -149,8 +152,9 @@ class ConstrainedSearch(BeamSearchBase[ConstrainedOptions]):
             return
         sent = torch.arange(rows) // (rows // len(beams.ids))  # (N,) each row's sentence
         room = beams.row_max - step  # (N,) tokens each row may still generate, this one included
-        tails = self._tail(beams, table)  # (N, L-1)
-        tokens, allowed, at = cs.forced(table, p, sent, room, tails)  # (N, C)
+        last = self._tail(beams, table, 0)  # (N, L)
+        tails = last[:, 1:]  # (N, L-1)
+        tokens, allowed, at = cs.forced(table, p, sent, room, last, cs.glued(table, sent, last))  # (N, C)
         beams.pending = (tokens, lprobs.gather(1, tokens.clamp(min=0)).masked_fill(~allowed, NEG_INF), at)
         lprobs.index_fill_(0, torch.nonzero(p.active >= 0).squeeze(1), NEG_INF)
         to_meet = cs.can_meet_more(table, p, sent, room)  # (N,)
@@ -190,6 +194,7 @@ class ConstrainedSearch(BeamSearchBase[ConstrainedOptions]):
         best_scores, best_tokens = self._row_best(beams, cand.view(n * w, vocab))  # (N,)
         best_scores, best_tokens = best_scores.view(n, w), best_tokens.view(n, w)
         tails = self._tail(beams, table)  # (N, L-1)
+        glue = cs.glued(table, torch.arange(tails.size(0)) // w, self._tail(beams, table, 0))  # (N, L) or None
         assert beams.pending is not None  # this step's, read by _rules
         f_tokens, f_lprobs, f_at = beams.pending  # (N, C)
         f_scores = f_lprobs + beams.scores[:, -1:]  # (N, C)
@@ -208,7 +213,8 @@ class ConstrainedSearch(BeamSearchBase[ConstrainedOptions]):
         flat = parent.view(-1)  # (n*M,)
         cand_sent = torch.arange(n).repeat_interleave(m)  # (n*M,)
         before = beams.progress.rows(flat)
-        new = cs.advance(table, before, cand_sent, tokens.view(-1), choice.view(-1), at.view(-1), tails[flat])
+        new = cs.advance(table, before, cand_sent, tokens.view(-1), choice.view(-1), at.view(-1), tails[flat],
+                         None if glue is None else glue[flat])
         banks = cs.bank(table, new, cand_sent).view(n, m)  # (n, M)
         lacks = cs.unmet(table, new.met, cand_sent).view(n, m)  # (n, M)
 
@@ -301,10 +307,11 @@ class ConstrainedSearch(BeamSearchBase[ConstrainedOptions]):
         return scores, tokens
 
     @staticmethod
-    def _tail(beams: Beams, table: PhraseTable) -> torch.Tensor:
-        """(N, L-1) the last tokens each row generated (a phrase of L tokens ends with the next one); columns
-        before a row's first token hold bos or pad (or -2), which no phrase holds."""
-        width = table.tokens.size(2) - 1
+    def _tail(beams: Beams, table: PhraseTable, short: int = 1) -> torch.Tensor:
+        """(N, L-short) the last tokens each row generated (L-1: a phrase of L tokens ends with the next one; L:
+        with the token before it, where a word must end); columns before a row's first token hold bos or pad (or
+        -2), which no phrase holds."""
+        width = table.tokens.size(2) - short
         window = beams.window[:, 1:]  # (N, t) generated so far
         if window.size(1) < width:
             window = F.pad(window, (width - window.size(1), 0), value=-2)
