@@ -42,3 +42,13 @@ def exported_model(tmp_path_factory):
         return make_exported_model(tmp_path_factory.mktemp("exported_model"))
     finally:
         torch.set_num_threads(before)  # nmt-train --num-threads 1 ran in this process
+
+
+@pytest.fixture(scope="session")
+def peer_export(tmp_path_factory):
+    """(data-bin, checkpoint, model folder) of fairseq's Multi30k model imported and exported, made once for the
+    tests that serve or translate with it (tests/served_model.py); they only read it."""
+    from served_model import export_peer_model
+
+    return export_peer_model(tmp_path_factory.mktemp("peer_export"))
+

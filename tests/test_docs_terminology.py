@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from served_model import Server, export_peer_model, http
+from served_model import Server, http
 from test_docs_examples import included_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,8 +54,8 @@ def test_the_page_shows_the_example_files_verbatim():
 
 
 @pytest.mark.slow  # the real model: imported, exported, then translated by each interface
-def test_every_transcript_prints_what_the_page_shows(tmp_path_factory):
-    model = export_peer_model(tmp_path_factory.mktemp("terminology_model"))[2]
+def test_every_transcript_prints_what_the_page_shows(tmp_path_factory, peer_export):
+    model = peer_export[2]
     work = tmp_path_factory.mktemp("terminology_docs")
     (work / "models").mkdir()
     (work / MODEL).symlink_to(model)

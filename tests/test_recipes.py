@@ -28,7 +28,7 @@ RECORDS = ROOT / "studies" / "recipes" / "record"
 def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
     data = make_toy_task(tmp_path / "toy", n_train=120, n_valid=16)
     out = tmp_path / "runs"
-    argv = [data, "--candidates", "ensemble,ensemble_side_by_side", "--minutes", "5", "--lenpens", "0.6,1.0", "--test",
+    argv = [data, "--candidates", "ensemble,ensemble_side_by_side", "--minutes", "5", "--lenpens", "1.0", "--test",
             "--test-subset", "valid", "--precision", "fp32", "--out-dir", out, f"--train-args={TINY}"]
     assert call(search, argv) == 0
     runs = json.loads((out / "results.json").read_text())["runs"]
@@ -42,10 +42,10 @@ def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
     assert "--num-threads" in first.replace(TINY, "") and runs["ensemble_side_by_side"]["updates"] == [12, 12]
     assert "[seed2] $ " in capsys.readouterr().out
     # 12 updates, a checkpoint every update but at the 3 epoch ends: the best checkpoints, the averages of the
-    # last 5 and of all 9 (the wide average, capped at what exists), each with 2 length penalties
+    # last 5 and of all 9 (the wide average, capped at what exists), each with the length penalty given
     scores = {name: runs[name]["valid_bleu"] for name in ("ensemble", "ensemble_side_by_side")}
     assert set(scores["ensemble"]) == {f"{kind}/lenpen {p}" for kind in ("best", "average", "wide_average")
-                                       for p in ("0.6", "1.0")}
+                                       for p in ("1.0",)}
     kept = runs["ensemble"]["checkpoints"]
     assert [p.rsplit("/", 1)[-1] for p in kept["wide_average"]] == ["checkpoint_wide_average.pt"] * 2
     winner = max(scores, key=lambda name: max(scores[name].values()))
@@ -62,7 +62,7 @@ def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
     assert json.loads((out / "results.json").read_text())["runs"] == runs
 
     more = [str(a) for a in argv]
-    more[more.index("0.6,1.0")] = "0.6,1.0,1.4"
+    more[more.index("1.0")] = "1.0,1.4"
     assert call(search, more) == 0  # another length penalty: scored on the kept checkpoints, nothing trained
     commands = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")]
     assert [c.rsplit("/", 1)[-1] for c in commands] == ["nmt-generate"] * 6  # 2 models' best and averages, at 1.4
@@ -88,7 +88,7 @@ def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
     assert f"Chosen before it: {winner} ({runs['test']['setting']}," in (out / "table.md").read_text()
     earlier_only = [str(a) for a in more]
     earlier_only[earlier_only.index("ensemble,ensemble_side_by_side")] = winner
-    earlier_only[earlier_only.index("0.6,1.0,1.4")] = "1.0"
+    earlier_only[earlier_only.index("1.0,1.4")] = "1.0"
     table = (out / "table.md").read_text()
     capsys.readouterr()
     assert call(search, earlier_only) == 0  # the best of the whole record is tested already, not the best of these

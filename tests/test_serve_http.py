@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from nmt.serve.sockets import kernel_balances_ports
-from served_model import cli_command, export_peer_model, http, raw_test_sentences, serve
+from served_model import cli_command, http, raw_test_sentences, serve
 
 pytestmark = pytest.mark.slow
 
@@ -31,8 +31,8 @@ LIMITS = ["--max-request-sentences", "8", "--max-sentence-chars", "4000", "--max
 
 
 @pytest.fixture(scope="module")
-def peer(tmp_path_factory):
-    return export_peer_model(tmp_path_factory.mktemp("peer"))
+def peer(peer_export):
+    return peer_export
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from served_model import export_peer_model, http, raw_test_sentences, serve
+from served_model import http, raw_test_sentences, serve
 
 STATIC = Path(__file__).resolve().parents[1] / "nmt" / "serve" / "static"
 TIMEOUT_MS = 120_000  # a translation on a busy 2-core machine; the tests never assert on time
@@ -29,8 +29,8 @@ def _missing(reason: str) -> NoReturn:
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_peer_model(tmp_path_factory.mktemp("page"))[2]
+def model(peer_export) -> Path:
+    return peer_export[2]
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from nmt.api import KEPT_SEARCHES, load
 from nmt.serve import batcher as batcher_module
 from nmt.serve.batcher import DynamicBatcher, Job
 from nmt.serve.sockets import kernel_balances_ports, listening_socket, worker_port
-from served_model import Server, cli_command, export_peer_model, http, raw_test_sentences
+from served_model import Server, cli_command, http, raw_test_sentences
 
 
 @pytest.fixture(scope="module")
@@ -252,8 +252,8 @@ def test_a_bad_url_root_is_one_line_naming_it(exported_model, capsys, root, why)
 
 
 @pytest.fixture(scope="module")
-def peer_model(tmp_path_factory):
-    return export_peer_model(tmp_path_factory.mktemp("peer"))[2]
+def peer_model(peer_export):
+    return peer_export[2]
 
 
 def connect(server: Server) -> socket.socket:
