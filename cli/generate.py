@@ -149,7 +149,6 @@ def run(cfg: GenerateJob) -> None:
 
 def _generate(cfg: GenerateJob, workers: Any, wall: float) -> None:
     """Translate and score the split (``workers``: the --workers processes, or None)."""
-    from nmt.api import max_target_positions
     from nmt.data.batching import batch_by_size
     from nmt.data.data_bin import open_data_dir
     from nmt.data.language_pair_dataset import load_language_pair
@@ -187,7 +186,7 @@ def _generate(cfg: GenerateJob, workers: Any, wall: float) -> None:
     inf, gen = cfg.inference, cfg.generation
     terms: dict[int, Terms] = {}
     if engine is not None and (cfg.constraints_file or cfg.glossary):
-        terms = _sentence_terms(cfg, data, dataset, gen, max_target_positions(engine), where)
+        terms = _sentence_terms(cfg, data, dataset, gen, engine.max_target_positions(), where)
     unmet_sentences = unmet_total = 0
     plan = batch_by_size(dataset.src_sizes, None, max_tokens=inf.max_tokens,
                          max_sentences=batch_sentences(inf), seed=None,

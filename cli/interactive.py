@@ -51,7 +51,7 @@ def warn_unmet(terms: Optional[Terms], hyps: Optional[list[Hypothesis]], where: 
 
 
 def run(cfg: InteractiveJob) -> None:
-    from nmt.api import max_target_positions, searched_rows
+    from nmt.api import searched_rows
     from nmt.data.data_bin import open_data_dir
     from nmt.data.text_pipeline import load_text_pipeline
     from nmt.engines.selection import load_engine
@@ -80,7 +80,7 @@ def run(cfg: InteractiveJob) -> None:
         gen = with_constrained_search(gen, f"--search {named}" if named else None)
     engine = load_engine(cfg.inference, data, gen, scores=cfg.verbose)
     translator = engine.translator(gen, cfg.common.seed)
-    positions = max_target_positions(engine)
+    positions = engine.max_target_positions()
     shown = "stdin" if cfg.input == "-" else cfg.input
     ordered = cfg.constraints == "ordered"
     typing = cfg.input == "-" and sys.stdin.isatty()  # someone typing wants each line at once

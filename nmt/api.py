@@ -233,7 +233,7 @@ class TranslationModel:
         if all(t is None for t in terms):
             return gen, terms
         gen = with_constrained_search(gen, named)
-        positions = max_target_positions(self.engine)
+        positions = self.engine.max_target_positions()
         for k in searched_rows(ids):  # an empty sentence is not searched: its phrases are reported unmet
             self.terminology.check(terms[k], gen, positions, len(ids[k]), item(k))
         return gen, terms
@@ -343,13 +343,6 @@ def blank_translation(sentence: str, *, alignment: bool = False, terms: Optional
     texts = list(terms.texts) if terms else []
     return Translation(sentence, [], [TranslatedHypothesis("", [], 0.0, [], [] if alignment else None, texts)],
                        constraints=texts)
-
-
-def max_target_positions(engine: LoadedEngine) -> int:
-    """The longest output (tokens, </s> included) the engine's model was built for."""
-    if engine.ens is not None:
-        return engine.ens.max_target_positions()
-    return int(engine.ct2.max_target_positions)
 
 
 def load(path: str | Path, data: str | Path | None = None, *, engine: str = "auto", bf16: bool = False,

@@ -73,6 +73,13 @@ class LoadedEngine:
         assert self.ens is not None
         return self.ens.max_source_positions()
 
+    def max_target_positions(self) -> int:
+        """The longest output (tokens, </s> included) the engine's model was built for."""
+        if self.ct2 is not None:
+            return int(self.ct2.max_target_positions)
+        assert self.ens is not None
+        return self.ens.max_target_positions()
+
     def attention_model(self) -> tuple[AttentionModel, int]:
         """The torch model whose attention weights show a translation (the first of an ensemble), and the decoder's
         first input symbol (a teacher-forced pass starts from it)."""
