@@ -112,6 +112,12 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "--model DIR --data BIN (or --peer DIR); --sentences FILE of raw text",
               ("--model", "{model}", "--data", "{data}", "--sentences", "{raw}/test.en", "--beam", "1", "--threads",
                "1", "--clients", "2", "--requests", "4", "--seconds", "20", "--latency-requests", "2")),
+    Benchmark("recipe_latency",
+              "one sentence alone with each recipe's model (nmt.load, engine by engine): the latency half of "
+              "docs/recipes.md's quality/latency table",
+              "--data BIN --path LABEL=CKPT (one per recipe); --sentences FILE of raw text",
+              ("--data", "{data}", "--path", "tiny={checkpoint}", "--sentences", "{raw}/test.en", "--count", "2",
+               "--beams", "1")),
     Benchmark("serve_fairness",
               "one client's one-sentence latency on nmt-serve alone against beside a client hogging it with the "
               "largest requests it allows (p50, p95, their ratio)",

@@ -127,3 +127,62 @@ def test_torch_export_traces_the_step_with_every_size_dynamic(attention):
             args = inputs(*case, seed=1)
             for want, got in zip(step(*args), program.module()(*args)):
                 torch.testing.assert_close(got, want)
+
+
+def recorded_stream(member: object, batches, monkeypatch) -> tuple[dict, list[torch.Tensor], int]:
+    """Greedy search over ``batches`` refilling finished rows as early as it may: {sentence id: tokens}, every step's
+    log-probabilities and how many merges happened."""
+    import nmt.generation.search as search_module
+    from nmt.config.generate import GenerationConfig
+    from nmt.generation.ensemble import EnsembleModel
+    from nmt.generation.search import build_search
+    from test_search_toy_models import SPECIALS
+
+    monkeypatch.setattr(search_module, "REFILL_AT", 0.9)
+    ens = EnsembleModel([member])
+    steps: list[torch.Tensor] = []
+    merges = []
+    plain_step, plain_merge = ens.step, ens.merge
+
+    def step(*args, **kwargs):
+        lprobs, attn = plain_step(*args, **kwargs)
+        steps.append(lprobs.clone())
+        return lprobs, attn
+
+    def merge(*args, **kwargs):
+        merges.append(1)
+        return plain_merge(*args, **kwargs)
+
+    ens.step, ens.merge = step, merge  # type: ignore[method-assign]
+    search = build_search(GenerationConfig(max_len_a=1.5, max_len_b=3, **GREEDY), SPECIALS)
+    found = {i: [h.tokens.tolist() for h in hyps] for i, hyps in search.search_stream(ens, batches)}
+    return found, steps, len(merges)
+
+
+@pytest.mark.parametrize("attention,positional", [("scaled_dot_product", "sinusoidal"), ("relative", "none")])
+def test_rows_that_joined_later_step_as_in_the_eager_decoder(attention, positional, monkeypatch):
+    """A refilled greedy search merges new sentences into the running rows (left pads): over the step, with each
+    row's position telling it which cached keys are not its own, it takes the eager decoder's steps and outputs."""
+    model = trained_tiny(attention, positional, updates=40)
+    src, lengths = copy_batch(12, seed=7, min_len=1, max_len=9)
+    batches = [(list(range(i, i + 3)), src[i:i + 3], lengths[i:i + 3]) for i in range(0, 12, 3)]
+    eager, eager_steps, eager_merges = recorded_stream(model, batches, monkeypatch)
+    stepped, step_steps, step_merges = recorded_stream(torch_member(model), batches, monkeypatch)
+    assert step_merges == eager_merges > 0
+    assert stepped == eager
+    assert len(step_steps) == len(eager_steps)
+    for a, b in zip(step_steps, eager_steps):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+def test_rows_are_merged_only_when_the_export_masks_left_pads():
+    """Restricted attention keeps a window of its own (no right-aligned cache), and an export whose record does not
+    say ``merges_rows`` (made before the step masked left pads) never has its rows merged."""
+    from nmt.engines.member import StepMember
+    from nmt.generation.ensemble import EnsembleModel
+
+    assert EnsembleModel([torch_member(tiny().float())]).can_merge
+    assert not EnsembleModel([torch_member(tiny(attention="restricted").float())]).can_merge
+    plain = torch_member(tiny().float())
+    older = StepMember(plain.cfg, plain._encode, plain._step, shares_encoder_rows=True, engine="compiled")
+    assert not EnsembleModel([older]).can_merge

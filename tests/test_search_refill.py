@@ -197,3 +197,21 @@ def test_a_strategy_with_only_search_is_streamed_batch_by_batch(setup):
     assert sorted(out) == list(range(N_TEST)) and seen == [len(ids) for ids, _, _ in batches]
     with pytest.raises(NotImplementedError, match="neither"):
         Search(NoOptions(), GenerationConfig(), specials).search(ens, *batches[0][1:])
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_an_engines_step_refills_as_the_eager_model(setup, monkeypatch, beam):
+    """An engine's member (nmt.engines.member, here over the eager step) merges rows that joined later, beams sharing
+    their sentence's encoder row: refilled, it finds what each batch searched alone finds."""
+    from nmt.engines.member import torch_member
+
+    data, batches, paths = setup
+    model = load_ensemble(paths[0], data.src_dict, data.tgt_dict).models[0]
+    ens = EnsembleModel([torch_member(model)])
+    assert ens.can_merge and ens.can_share_encoder
+    search = build_search(GenerationConfig(beam=beam, nbest=beam, max_len_a=1.5, max_len_b=3), data.tgt_dict)
+    alone, _ = run(search, ens, batches, refill=False, monkeypatch=monkeypatch)
+    monkeypatch.setattr(type(search), "refill", True)
+    refilled, merges = run(search, ens, batches, refill=True, monkeypatch=monkeypatch, refill_at=1.0)
+    assert merges > 0
+    assert_same(refilled, alone)

@@ -34,6 +34,7 @@ from nmt.engines.step import (
     attention_modules,
     check_exportable,
     encoder_names,
+    masks_left_pads,
     shares_encoder_rows,
     step_names,
 )
@@ -184,7 +185,7 @@ def export_compiled(model: nn.Module, out_dir: str | Path, *, bf16: bool = False
         "engine": ENGINE, "format_version": FORMAT_VERSION, **packages,
         "layers": len(model.decoder.layers), "heads": attn.num_heads, "key_dim": attn.key_dim,
         "value_dim": attn.head_dim, "vocabulary": model.decoder.embed_tokens.num_embeddings,
-        "shares_encoder_rows": shares_encoder_rows(model),
+        "shares_encoder_rows": shares_encoder_rows(model), "merges_rows": masks_left_pads(model),
         "precision": "float32", "built_for": built_for,
         "inductor": {k: v for k, v in INDUCTOR_OPTIONS.items() if k != "compile_threads"},
         "model_config": dataclasses.asdict(model.cfg),

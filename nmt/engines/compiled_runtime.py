@@ -135,4 +135,5 @@ def load_compiled_member(folder: str | Path, trust_compiled: bool = False, *, bf
     def step(inputs: Sequence[Tensor]) -> list[Tensor]:
         return run_step([t.contiguous() for t in inputs])  # the compiled code assumes the traced (dense) layouts
 
-    return StepMember(cfg, encode, step, shares_encoder_rows=record["shares_encoder_rows"], engine=ENGINE)
+    return StepMember(cfg, encode, step, shares_encoder_rows=record["shares_encoder_rows"], engine=ENGINE,
+                      merges_rows=record.get("merges_rows") is True)  # absent in exports older than the record

@@ -64,13 +64,17 @@ def example_sources(model: TransformerModel, rows: int, length: int, seed: int) 
 def step_inputs(step: DecoderStep, encoded: Sequence[Tensor], group: int, t: int, seed: int) -> list[Tensor]:
     """Inputs of the step for ``encoded`` (the encoder's outputs, b rows), ``group`` rows per encoder row and ``t``
     cached positions (random keys and values: the step treats them as any others; a plugin that keeps a window
-    masks what lies before it)."""
+    masks what lies before it). When the step masks left pads, rows own from all to none of the cached positions
+    (each row's position), as rows that joined a running search later do."""
     padding, cross = encoded[1], encoded[2:]
     b = padding.size(0)
     g = torch.Generator().manual_seed(seed)
     vocab = step.model.decoder.embed_tokens.num_embeddings
     tokens = torch.randint(min(4, vocab - 1), vocab, (b, group), generator=g)
-    inputs = [tokens, torch.full((b, group), t), padding]
+    positions = torch.full((b, group), t)
+    if step.masks_left_pads:
+        positions = positions - torch.arange(b * group).remainder(t + 1).view(b, group)
+    inputs = [tokens, positions, padding]
     for i in range(len(cross) // 2):
         k, v = cross[2 * i], cross[2 * i + 1]
         H = k.size(1)
@@ -181,7 +185,7 @@ def _write(model: TransformerModel, out: Path, ort: Any) -> None:
         "decoder_step": {"file": STEP_FILE, "inputs": step_in, "outputs": step_out},
         "layers": layers, "heads": attn.num_heads, "key_dim": attn.key_dim, "value_dim": attn.head_dim,
         "vocabulary": model.decoder.embed_tokens.num_embeddings,
-        "shares_encoder_rows": shares_encoder_rows(model),
+        "shares_encoder_rows": shares_encoder_rows(model), "merges_rows": step.masks_left_pads,
         "precision": "float32", "torch": torch.__version__, "onnxruntime_checked": ort.__version__,
         "model_config": dataclasses.asdict(model.cfg),
     }

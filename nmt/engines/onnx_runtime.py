@@ -102,4 +102,5 @@ def load_onnx_member(folder: str | Path, threads: int) -> StepMember:
     def encode(src_tokens: Tensor) -> list[Tensor]:
         return encoder([src_tokens])
 
-    return StepMember(cfg, encode, step, shares_encoder_rows=record["shares_encoder_rows"], engine="onnxruntime")
+    return StepMember(cfg, encode, step, shares_encoder_rows=record["shares_encoder_rows"], engine="onnxruntime",
+                      merges_rows=record.get("merges_rows") is True)  # absent in exports older than the record

@@ -2,9 +2,11 @@
 engine can trace (torch.onnx.export, torch.export) and run without Python between operators.
 
 The eager decoder (nmt.models.transformer) keeps its cache in a DecoderCache that it fills in place and that may
-hold rows started at different steps; here the cache is the step's inputs and outputs, one flat list of tensors,
-and every row is at the same step (engines' searches do not refill rows, so no left pads). The arithmetic is the
-eager decoder's (the attention plugins' ``step_attend`` and ``step_keep``, nmt.models.attention), so
+hold rows started at different steps; here the cache is the step's inputs and outputs, one flat list of tensors.
+Rows that started at different steps (a search that refills finished rows merges them) are right-aligned as in the
+eager cache: a row at position p of a cache of t positions owns its last p of them, and the step masks the t - p
+before (:func:`masks_left_pads`: every self-attention keeps the growing cache). The arithmetic is the eager
+decoder's (the attention plugins' ``step_attend`` and ``step_keep``, nmt.models.attention), so
 :class:`DecoderStep` gives the eager decoder's log-probabilities and is the reference every engine is tested
 against.
 
@@ -21,7 +23,8 @@ size named here is dynamic.
 
 :class:`DecoderStep` ``(tokens, positions, encoder_padding, self_k_0, self_v_0, cross_k_0, cross_v_0, ..)
 -> (log_probs, new_self_k_0, new_self_v_0, ..)``
-    tokens (b, G) int64, the last token of each row; positions (b, G) int64, its position (0 at the first step);
+    tokens (b, G) int64, the last token of each row; positions (b, G) int64, its position (0 at the first step;
+    less than t for a row that joined later, whose first t - position cached keys are masked);
     encoder_padding (b, S) bool; self_k_i (b, G, H, t, d_k), self_v_i (b, G, H, t, D): layer i's self-attention
     keys and values of the earlier steps (t = 0 at the first step); cross_k_i, cross_v_i as the encoder gave them;
     log_probs (b, G, V) float32; new_self_k_i (b, G, H, t', d_k), new_self_v_i (b, G, H, t', D): the keys and
@@ -35,7 +38,7 @@ reads of it.
 
 from __future__ import annotations
 
-from typing import Sequence, cast
+from typing import Optional, Sequence, cast
 
 import torch
 import torch.nn.functional as F
@@ -117,6 +120,14 @@ def check_exportable(model: nn.Module) -> TransformerModel:
     return model
 
 
+def masks_left_pads(model: TransformerModel) -> bool:
+    """Whether the step reads rows that started at different steps (left pads, from each row's position): every
+    decoder self-attention keeps the growing cache, which a merge can right-align (restricted attention keeps a
+    window of its own, as the eager decoder's merge rule says: nmt.generation.ensemble)."""
+    return all(type(attn).step_keep is AttentionBase.step_keep and type(attn).cache_append is AttentionBase.cache_append
+               for role, attn in attention_modules(model) if role == "decoder")
+
+
 def shares_encoder_rows(model: TransformerModel) -> bool:
     """Whether a sentence's beams may share its encoder row in the step (nmt.generation.ensemble's rule: every
     encoder-decoder attention's queries are independent)."""
@@ -157,6 +168,7 @@ class DecoderStep(nn.Module):
         super().__init__()
         self.model = check_exportable(model)
         self.layers = len(model.decoder.layers)
+        self.masks_left_pads = masks_left_pads(model)
         self.eval()  # inference only (exporters put a module back in its own mode: this one's, not the model's)
 
     def forward(self, tokens: Tensor, positions: Tensor, encoder_padding: Tensor, *cache: Tensor
@@ -165,6 +177,11 @@ class DecoderStep(nn.Module):
         b, G = tokens.shape
         x = embed(decoder.embedder, tokens, positions)  # (b, G, C)
         C = x.size(2)
+        own_from = None  # (B, t + 1) True at the cached keys a row does not own (it joined later)
+        if self.masks_left_pads:
+            t = cache[0].size(3)
+            start = (t - positions).reshape(b * G, 1)  # (B, 1): the row's first own key
+            own_from = torch.arange(t + 1, device=tokens.device).unsqueeze(0) < start
         new: list[Tensor] = []
         for i, layer in enumerate(decoder_layers(self.model)):
             self_k, self_v, cross_k, cross_v = cache[4 * i:4 * i + 4]
@@ -174,7 +191,7 @@ class DecoderStep(nn.Module):
             q, k, v = attn.step_heads(layer.self_res.pre(x).reshape(b * G, 1, C))  # (B, H, 1, d_k|D)
             k = torch.cat([self_k, k.unflatten(0, (b, G))], dim=3)  # (b, G, H, t + 1, d_k)
             v = torch.cat([self_v, v.unflatten(0, (b, G))], dim=3)  # (b, G, H, t + 1, D)
-            y = attn.step_output(attn.step_attend(q, k.flatten(0, 1), v.flatten(0, 1), None))  # (B, 1, C)
+            y = attn.step_output(attn.step_attend(q, k.flatten(0, 1), v.flatten(0, 1), own_from))  # (B, 1, C)
             x = layer.self_res.post(x, y.reshape(b, G, C))
             # encoder-decoder attention: a sentence's G rows are G queries of its encoder row
             y = layer.cross_attn.step_cross_attention(layer.cross_res.pre(x), cross_k, cross_v, encoder_padding)
@@ -201,7 +218,8 @@ def self_key(layer: int) -> str:
 def flatten(cache: DecoderCache, cross: Sequence[Tensor], rows: int) -> list[Tensor]:
     """The step's cache inputs from a DecoderCache of earlier steps (:func:`unflatten`'s, rows (B, H, t, d);
     empty before the first step) and the encoder's cross keys/values ``cross`` (per layer k, v; b rows): per layer
-    self_k, self_v (b, G, H, t, d), cross_k, cross_v; ``rows`` decoder rows (B = b * G)."""
+    self_k, self_v (b, G, H, t, d), cross_k, cross_v; ``rows`` decoder rows (B = b * G). An entry with room after
+    its filled positions (a cache with ``room``) gives its filled ones."""
     flat: list[Tensor] = []
     for i in range(len(cross) // 2):
         cross_k, cross_v = cross[2 * i], cross[2 * i + 1]
@@ -211,15 +229,20 @@ def flatten(cache: DecoderCache, cross: Sequence[Tensor], rows: int) -> list[Ten
             flat += [cross_k.new_zeros(b, rows // b, H, 0, cross_k.size(3)),
                      cross_v.new_zeros(b, rows // b, H, 0, cross_v.size(3))]
         else:
-            flat += [grouped(entry.k, b), grouped(entry.v, b)]
+            k, v = entry.k, entry.v
+            if entry.length is not None and entry.length != k.size(2):
+                k, v = k[:, :, :entry.length], v[:, :, :entry.length]
+            flat += [grouped(k, b), grouped(v, b)]
         flat += [cross_k, cross_v]
     return flat
 
 
-def unflatten(new_self: Sequence[Tensor]) -> DecoderCache:
+def unflatten(new_self: Sequence[Tensor], left_pads: Optional[Tensor] = None) -> DecoderCache:
     """A DecoderCache holding the step's new self-attention keys and values (per layer k, v; (b, G, H, t', d)) as
-    (B, H, t', d) rows, every position filled (entries without a length), so that searches reorder it as they
-    reorder the eager one."""
-    entries = {self_key(i): CacheEntry(new_self[2 * i].flatten(0, 1), new_self[2 * i + 1].flatten(0, 1))
-               for i in range(len(new_self) // 2)}
-    return DecoderCache(entries)
+    (B, H, t', d) rows, every position filled (growing entries without room: a cache whose rows a search reorders
+    and merges as it does the eager one's), with the rows' ``left_pads`` (B,) kept."""
+    entries = {}
+    for i in range(len(new_self) // 2):
+        k, v = new_self[2 * i].flatten(0, 1), new_self[2 * i + 1].flatten(0, 1)
+        entries[self_key(i)] = CacheEntry(k, v, k.size(2))
+    return DecoderCache(entries, left_pads=left_pads, room=False)

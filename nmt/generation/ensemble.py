@@ -39,6 +39,9 @@ def _can_merge(model: torch.nn.Module) -> bool:
     DecoderCache and every self-attention keeps the default growing cache, which DecoderCache.merge can align)."""
     from nmt.models.attention import AttentionBase
 
+    merges = getattr(model, "merges_rows", None)  # an engine's member says so itself (nmt.engines.member)
+    if isinstance(merges, bool):
+        return merges
     if not all(callable(getattr(model, name, None)) for name in ("merge_encoder_out", "new_incremental_state")):
         return False
     own = [m for m in model.modules() if isinstance(m, AttentionBase) and m.self_attention]

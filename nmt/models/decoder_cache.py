@@ -17,7 +17,11 @@ used by searches that refill finished rows with new sentences): the growing entr
 right-aligned, so every row writes its next keys at the same index, and ``left_pads`` says how
 many leading positions of each row are not its own. The decoder reads it to mask those
 positions and to give each row its own position numbers. Cross-attention entries hold the
-projected encoder output: merged rows pad it on the right, like the source."""
+projected encoder output: merged rows pad it on the right, like the source.
+
+A cache without ``room`` (an engine's, nmt.engines.member) keeps its growing entries exactly as long as they are
+filled: its step takes the keys as one dense input and joins the new ones itself, so room would only be copied
+out again."""
 
 from __future__ import annotations
 
@@ -56,15 +60,16 @@ class CacheEntry:
         self.length = length
         self.extra = extra
 
-    def reorder(self, order: Tensor, drop_left: int = 0) -> CacheEntry:
+    def reorder(self, order: Tensor, drop_left: int = 0, room: bool = True) -> CacheEntry:
         """The entry whose row b is this one's row ``order[b]``; a growing one also forgets its first
-        ``drop_left`` positions (no row owns them any more) and gets room for exactly one more step."""
+        ``drop_left`` positions (no row owns them any more) and gets room for exactly one more step (unless not
+        ``room``)."""
         extra = None if self.extra is None else {
             name: t.index_select(0, order) if isinstance(t, Tensor) else t for name, t in self.extra.items()}
         if self.length is None:
             return CacheEntry(self.k.index_select(0, order), self.v.index_select(0, order), None, extra)
         kept = self.length - drop_left
-        k, v = (_rows_with_room(buf[:, :, drop_left:self.length], order) for buf in (self.k, self.v))
+        k, v = (_rows_with_room(buf[:, :, drop_left:self.length], order, room) for buf in (self.k, self.v))
         return CacheEntry(k, v, kept, extra)
 
     def __getitem__(self, name: str) -> Any:
@@ -92,15 +97,18 @@ class DecoderCache:
     ``cross_attn``: the encoder-decoder attention entries, the projected encoder output, computed at the first
     step and never changed (one row per decoder row, or per sentence when its beams share it).
     ``left_pads`` (B,) long: the leading positions of the self-attention entries each row does not own (rows that
-    joined later, :meth:`merge`); None while every row owns every position."""
+    joined later, :meth:`merge`); None while every row owns every position.
+    ``room``: whether reordered and merged growing entries get room for the next step's keys (module docstring)."""
 
-    __slots__ = ("self_attn", "cross_attn", "left_pads")
+    __slots__ = ("self_attn", "cross_attn", "left_pads", "room")
 
     def __init__(self, self_attn: Optional[dict[str, CacheEntry]] = None,
-                 cross_attn: Optional[dict[str, CacheEntry]] = None, left_pads: Optional[Tensor] = None):
+                 cross_attn: Optional[dict[str, CacheEntry]] = None, left_pads: Optional[Tensor] = None,
+                 room: bool = True):
         self.self_attn: dict[str, CacheEntry] = {} if self_attn is None else self_attn
         self.cross_attn: dict[str, CacheEntry] = {} if cross_attn is None else cross_attn
         self.left_pads = left_pads
+        self.room = room
 
     def reorder(self, order: Tensor, *, encoder_order: Optional[Tensor] = None, keep_encoder: bool = False,
                 drop_left: int = 0) -> DecoderCache:
@@ -109,7 +117,7 @@ class DecoderCache:
         follow ``encoder_order`` if given (beams sharing their sentence's row), else ``order``; ``keep_encoder``
         keeps them as they are (beams re-ranked within their sentences: identical across a sentence's rows, or
         shared)."""
-        self_attn = {key: entry.reorder(order, drop_left) for key, entry in self.self_attn.items()}
+        self_attn = {key: entry.reorder(order, drop_left, self.room) for key, entry in self.self_attn.items()}
         if keep_encoder:
             cross_attn = dict(self.cross_attn)  # entries are never changed: sharing them is safe
         else:
@@ -120,7 +128,7 @@ class DecoderCache:
             pads = pads.index_select(0, order)
             if drop_left:
                 pads = pads - drop_left
-        return DecoderCache(self_attn, cross_attn, pads)
+        return DecoderCache(self_attn, cross_attn, pads, self.room)
 
     def merge(self, other: DecoderCache, *, order: Optional[Tensor] = None, encoder_order: Optional[Tensor] = None,
               drop_left: int = 0) -> DecoderCache:
@@ -143,15 +151,15 @@ class DecoderCache:
             pads_a = pads_a.index_select(0, order)
         pads_a = pads_a - drop_left + (length - len_a)
         pads_b = other._pads(rows_b) + (length - len_b)
-        self_attn = {key: _right_aligned(entry, other.self_attn[key], order, drop_left, length)
+        self_attn = {key: _right_aligned(entry, other.self_attn[key], order, drop_left, length, self.room)
                      for key, entry in self.self_attn.items()}
         cross_attn = {}
         for key, entry in self.cross_attn.items():
             fixed, more = entry if encoder_order is None else entry.reorder(encoder_order), other.cross_attn[key]
             src = max(fixed.k.size(2), more.k.size(2))
-            cross_attn[key] = CacheEntry(torch.cat([_pad_time(fixed.k, src), _pad_time(more.k, src)]),
-                                         torch.cat([_pad_time(fixed.v, src), _pad_time(more.v, src)]))
-        return DecoderCache(self_attn, cross_attn, torch.cat([pads_a, pads_b]))
+            cross_attn[key] = CacheEntry(torch.cat([pad_time(fixed.k, src), pad_time(more.k, src)]),
+                                         torch.cat([pad_time(fixed.v, src), pad_time(more.v, src)]))
+        return DecoderCache(self_attn, cross_attn, torch.cat([pads_a, pads_b]), self.room)
 
     def rows(self) -> int:
         """Decoder rows: those of a self-attention entry (cross-attention ones may have one row per sentence)."""
@@ -160,9 +168,10 @@ class DecoderCache:
         raise ValueError("DecoderCache: no self-attention entry yet (decode one step before merging)")
 
     def assign(self, other: DecoderCache) -> None:
-        """Hold ``other``'s entries and left pads: for callers that change a cache in place (fairseq's
+        """Hold ``other``'s entries, left pads and room: for callers that change a cache in place (fairseq's
         ``reorder_incremental_state`` contract)."""
         self.self_attn, self.cross_attn, self.left_pads = other.self_attn, other.cross_attn, other.left_pads
+        self.room = other.room
 
     def _length(self) -> int:
         """The positions every growing self-attention entry holds."""
@@ -182,18 +191,21 @@ class DecoderCache:
         return torch.zeros(rows, dtype=torch.long, device=device)
 
 
-def _rows_with_room(x: Tensor, order: Tensor) -> Tensor:
-    """Rows ``order`` of ``x`` (B, H, L, D) in a new buffer (B', H, L + 1, D): room for the next step's keys."""
+def _rows_with_room(x: Tensor, order: Tensor, room: bool = True) -> Tensor:
+    """Rows ``order`` of ``x`` (B, H, L, D) in a new buffer (B', H, L + 1, D): room for the next step's keys
+    (without ``room``: (B', H, L, D))."""
     _, H, L, D = x.shape
+    if not room:
+        return x.index_select(0, order)
     target = x.new_empty((order.numel(), H, L + 1, D))
     torch.index_select(x, 0, order, out=target[:, :, :L])
     return target
 
 
 def _right_aligned(a: CacheEntry, b: CacheEntry, order: Optional[Tensor], drop_left: int,
-                   length: int) -> CacheEntry:
+                   length: int, room: bool = True) -> CacheEntry:
     """The growing entry of ``a``'s rows (in ``order``, without their first ``drop_left`` positions) then ``b``'s,
-    each row's positions ending at ``length``, zeros before them, and room for one more step."""
+    each row's positions ending at ``length``, zeros before them, and room for one more step (if ``room``)."""
     assert a.length is not None and b.length is not None  # DecoderCache._length checked
     len_a, len_b = a.length - drop_left, b.length
     n_a = a.k.size(0) if order is None else order.numel()
@@ -201,7 +213,7 @@ def _right_aligned(a: CacheEntry, b: CacheEntry, order: Optional[Tensor], drop_l
     for x, y in ((a.k, b.k), (a.v, b.v)):
         x, y = x[:, :, drop_left:a.length], y[:, :, :len_b]  # (B, H, len, d_k|D)
         _, H, _, D = x.shape
-        buf = x.new_empty((n_a + y.size(0), H, length + 1, D))  # room for the next step
+        buf = x.new_empty((n_a + y.size(0), H, length + int(room), D))  # room for the next step
         if order is None:
             buf[:n_a, :, length - len_a:length] = x
         else:
@@ -213,7 +225,7 @@ def _right_aligned(a: CacheEntry, b: CacheEntry, order: Optional[Tensor], drop_l
     return CacheEntry(merged[0], merged[1], length)
 
 
-def _pad_time(x: Tensor, length: int) -> Tensor:
+def pad_time(x: Tensor, length: int) -> Tensor:
     """(B, H, S, D) right-padded with zeros to S = ``length``."""
     return x if x.size(2) == length else F.pad(x, (0, 0, 0, length - x.size(2)))
 
