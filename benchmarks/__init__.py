@@ -129,7 +129,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "run's peak and idle after it: it must come back near the steady figure",
               "--model DIR (or --tiny: a model trained here in seconds); --sentences FILE of raw text",
               ("--model", "{model}", "--sentences", "{raw}/train.en", "--threads", "1", "--big", "4", "--probes", "3",
-               "--clients", "2", "--seconds", "1")),
+               "--clients", "2", "--seconds", "1", "--rounds", "1")),
     Benchmark("make_large_corpus",
               "(a data maker) a seeded en-de corpus of N pairs from ../shared/data, for speed and memory at scale "
               "(preprocess_vs_fairseq, train_startup_vs_fairseq), not quality",

@@ -199,10 +199,11 @@ def test_a_strategy_with_only_search_is_streamed_batch_by_batch(setup):
         Search(NoOptions(), GenerationConfig(), specials).search(ens, *batches[0][1:])
 
 
-@pytest.mark.parametrize("beam", [1, 3])
-def test_an_engines_step_refills_as_the_eager_model(setup, monkeypatch, beam):
+def test_an_engines_step_refills_as_the_eager_model(setup, monkeypatch):
     """An engine's member (nmt.engines.member, here over the eager step) merges rows that joined later, beams sharing
-    their sentence's encoder row: refilled, it finds what each batch searched alone finds."""
+    their sentence's encoder row: refilled, it finds what each batch searched alone finds (greedy refills:
+    tests/test_engine_step.py)."""
+    beam = 3
     from nmt.engines.member import torch_member
 
     data, batches, paths = setup

@@ -68,6 +68,7 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     # the serving recipe (issue 62): a deep encoder and a one-layer decoder (Kasai et al. 2021) run a lone sentence's
     # steps through a third of the decoder layers, at about the same training cost per token
     "multi30k_cpu_wsd_6_1": (*MULTI30K_CPU, "--lr-scheduler", "wsd", "--encoder-layers", "6", "--decoder-layers", "1"),
+    "multi30k_cpu_wsd_4_2": (*MULTI30K_CPU, "--lr-scheduler", "wsd", "--encoder-layers", "4", "--decoder-layers", "2"),
     "pre_norm_lr_2e-3_tokens_1024_dropout_0.1": (*PRE_NORM_LR_2E3, *TOKENS_1024, "--dropout", "0.1"),
     "learned_positions": ("--positional", "learned"),
     "dropout_0.2": ("--dropout", "0.2"),
