@@ -218,8 +218,8 @@ def self_key(layer: int) -> str:
 def flatten(cache: DecoderCache, cross: Sequence[Tensor], rows: int) -> list[Tensor]:
     """The step's cache inputs from a DecoderCache of earlier steps (:func:`unflatten`'s, rows (B, H, t, d);
     empty before the first step) and the encoder's cross keys/values ``cross`` (per layer k, v; b rows): per layer
-    self_k, self_v (b, G, H, t, d), cross_k, cross_v; ``rows`` decoder rows (B = b * G). An entry with room after
-    its filled positions (a cache with ``room``) gives its filled ones."""
+    self_k, self_v (b, G, H, t, d), cross_k, cross_v; ``rows`` decoder rows (B = b * G). The cache has no room
+    (``DecoderCache(room=False)``): every entry is filled to its end."""
     flat: list[Tensor] = []
     for i in range(len(cross) // 2):
         cross_k, cross_v = cross[2 * i], cross[2 * i + 1]
@@ -229,10 +229,7 @@ def flatten(cache: DecoderCache, cross: Sequence[Tensor], rows: int) -> list[Ten
             flat += [cross_k.new_zeros(b, rows // b, H, 0, cross_k.size(3)),
                      cross_v.new_zeros(b, rows // b, H, 0, cross_v.size(3))]
         else:
-            k, v = entry.k, entry.v
-            if entry.length is not None and entry.length != k.size(2):
-                k, v = k[:, :, :entry.length], v[:, :, :entry.length]
-            flat += [grouped(k, b), grouped(v, b)]
+            flat += [grouped(entry.k, b), grouped(entry.v, b)]
         flat += [cross_k, cross_v]
     return flat
 
