@@ -26,6 +26,9 @@ def run(cfg: ExportJob) -> None:
     if cfg.compiled_precision != "auto" and "compiled" not in names:
         raise UsageError(f"--compiled-precision {cfg.compiled_precision}: applies to --with compiled; add it to --with "
                          "or drop the option")
+    if cfg.onnx_precision != "both" and "onnx" not in names:
+        raise UsageError(f"--onnx-precision {cfg.onnx_precision}: applies to --with onnx; add it to --with or drop the "
+                         "option")
     if names and cfg.path and is_model_folder(cfg.path):
         _add_engines(cfg, cfg.path, names)
         return
@@ -52,7 +55,8 @@ def run(cfg: ExportJob) -> None:
         from nmt.engines.export import engine_writer, export_choices, marker_files
 
         data = open_data_dir(cfg.data, cfg.source_lang, cfg.target_lang)
-        engines = engine_writer(names, data.src_dict, data.tgt_dict, export_choices(cfg.compiled_precision))
+        choices = export_choices(cfg.compiled_precision, cfg.onnx_precision)
+        engines = engine_writer(names, data.src_dict, data.tgt_dict, choices)
     out = export_model_folder(paths, cfg.data, cfg.output, bf16=cfg.bf16, scores=cfg.scores, force=cfg.force,
                               source_lang=cfg.source_lang, target_lang=cfg.target_lang, engines=engines,
                               engine_files=marker_files(names) if names else ())
@@ -75,7 +79,8 @@ def _add_engines(cfg: ExportJob, folder: str, names: list[str]) -> None:
     if cfg.bf16 or cfg.scores or cfg.quantization:
         raise UsageError("--bf16, --scores and --quantization apply when a folder is exported from checkpoints; "
                          f"--path {folder} --with adds engines to the folder as it is")
-    out = add_engines(folder, names, force=cfg.force, choices=export_choices(cfg.compiled_precision))
+    choices = export_choices(cfg.compiled_precision, cfg.onnx_precision)
+    out = add_engines(folder, names, force=cfg.force, choices=choices)
     click.echo(f"added {', '.join(f'{n}/' for n in names)} to {out}")
 
 

@@ -66,7 +66,8 @@ def register_runtimes(monkeypatch, *, compiled_error: str | None = None) -> Load
         return member("compiled", files)
 
     onnx = types.ModuleType("nmt.engines.onnx_runtime")
-    onnx.load_onnx_member = lambda files, threads: member("onnxruntime", files)  # type: ignore[attr-defined]
+    onnx.load_onnx_member = (  # type: ignore[attr-defined]
+        lambda files, threads, int8=False: member("onnxruntime int8" if int8 else "onnxruntime", files))
     compiled = types.ModuleType("nmt.engines.compiled_runtime")
     compiled.load_compiled_member = load_compiled  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "nmt.engines.onnx_runtime", onnx)

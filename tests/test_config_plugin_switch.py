@@ -18,7 +18,7 @@ from nmt.config.model import arch_preset
 from nmt.config.train import TrainJob
 from nmt.plugin_loader import load_plugins
 
-RECIPE = Path(__file__).resolve().parents[1] / "examples" / "multi30k_cpu_30min.yaml"  # relative attention
+RECIPE = Path(__file__).resolve().parents[1] / "examples" / "multi30k_cpu.yaml"  # relative attention
 
 
 def train_config(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any] | str:
@@ -41,7 +41,7 @@ def test_a_flag_switching_the_recipes_attention_drops_the_old_plugins_options(ca
     assert isinstance(cfg, dict)
     assert cfg["model"]["attention"] == {"name": "scaled_dot_product"}
     assert cfg["model"]["positional"]["name"] == "sinusoidal"
-    assert cfg["lr_scheduler"]["lr_period_updates"] == 8800  # the rest of the recipe stays
+    assert cfg["lr_scheduler"]["cooldown_fraction"] == 0.2  # the rest of the recipe stays
 
 
 def test_options_the_new_plugin_takes_carry_over_and_the_others_get_its_defaults(tmp_path, capsys):

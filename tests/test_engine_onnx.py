@@ -2,7 +2,8 @@
 translates as the torch step does (greedy >= 99.5%, beam 5 >= 99% identical hypotheses, the issue's bar; these tiny
 models give 100%), for every plugin layout; what the export writes; a user plugin without the step, a plugin whose
 graph fixed a size while tracing, a damaged engine.json and a missing onnxruntime are refused in one line, and a
-refused export leaves no file behind."""
+refused export leaves no file behind. The int8 graphs (--onnx-precision both) translate close to fp32, and a folder
+without them names the option that adds them."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from engine_models import LAYOUTS, copy_batch, outputs, recorded_search, trained
 from fake_dictionary import FakeDict  # noqa: E402
 from nmt.engines.member import torch_member  # noqa: E402
 from nmt.engines.onnx_export import export_onnx  # noqa: E402
-from nmt.engines.onnx_runtime import load_onnx_member  # noqa: E402
+from nmt.engines.onnx_runtime import ONE_THREAD_TOKENS, OnnxGraph, SmallOnOneThread, load_onnx_member  # noqa: E402
 from nmt.errors import DataError, NmtError, UsageError  # noqa: E402
 from nmt.models import build_model  # noqa: E402
 from nmt.plugins.attention.scaled_dot_product import ScaledDotProductAttention  # noqa: E402
@@ -50,6 +51,43 @@ def test_export_writes_two_graphs_and_their_record_and_runs(tmp_path):
     src, lengths = copy_batch(4, seed=1)
     hyps, steps = recorded_search(member, src, lengths, beam=2, max_len_b=4)
     assert len(hyps) == 4 and steps[0].shape == (4, 32)
+
+
+def test_int8_graphs_translate_close_to_the_fp32_step(tmp_path):
+    model = trained_tiny("scaled_dot_product", "sinusoidal")
+    folder = export_onnx(model, tmp_path / "onnx", int8=True)
+    assert sorted(p.name for p in folder.iterdir()) == ["decoder_step.int8.onnx", "decoder_step.onnx",
+                                                        "encoder.int8.onnx", "encoder.onnx", "engine.json"]
+    record = json.loads((folder / "engine.json").read_text())
+    assert record["int8"] == {"encoder": {"file": "encoder.int8.onnx"},
+                              "decoder_step": {"file": "decoder_step.int8.onnx"}}
+    src, lengths = copy_batch(200, seed=11)
+    ref, ref_steps = recorded_search(torch_member(model), src, lengths, **GREEDY)
+    got, got_steps = recorded_search(load_onnx_member(tmp_path, threads=1, int8=True), src, lengths, **GREEDY)
+    first = (got_steps[0] - ref_steps[0]).abs().max()
+    assert 1e-4 < first < 0.25  # int8 weights: rounded, not fp32's arithmetic, yet close (observed about 0.06)
+    assert sum(a[0] == b[0] for a, b in zip(outputs(ref), outputs(got))) >= 0.85 * len(ref)  # observed 0.95
+
+
+def test_int8_runs_of_a_few_tokens_take_one_thread(tmp_path):
+    """A lone sentence's int8 encoder pass and steps run on one thread (SmallOnOneThread); batches on the
+    session's threads; with one thread asked for, there is nothing to choose."""
+    calls: list[str] = []
+    graph = SmallOnOneThread(lambda t: calls.append("one") or [], lambda t: calls.append("threads") or [])
+    for tokens in (torch.zeros(1, ONE_THREAD_TOKENS), torch.zeros(3, 5), torch.zeros(1, ONE_THREAD_TOKENS + 1),
+                   torch.zeros(64, 5)):
+        graph([tokens])
+    assert calls == ["one", "one", "threads", "threads"]
+    export_onnx(tiny().float(), tmp_path / "onnx", int8=True)
+    assert isinstance(load_onnx_member(tmp_path, threads=2, int8=True)._step, SmallOnOneThread)
+    assert isinstance(load_onnx_member(tmp_path, threads=1, int8=True)._step, OnnxGraph)
+    assert isinstance(load_onnx_member(tmp_path, threads=2)._step, OnnxGraph)  # fp32 shares its products well
+
+
+def test_without_int8_graphs_quantize_int8_names_the_option_that_adds_them(tmp_path):
+    export_onnx(tiny().float(), tmp_path / "onnx")
+    with pytest.raises(UsageError, match="no int8 ONNX graphs; add them with nmt-export .* --onnx-precision both"):
+        load_onnx_member(tmp_path, threads=1, int8=True)
 
 
 @pytest.mark.slow

@@ -245,6 +245,19 @@ def test_auto_passes_over_an_engine_that_does_not_load_and_says_why(exported_mod
                   "again here\n"
 
 
+def test_quantize_int8_runs_the_onnx_int8_graphs_where_auto_passes_over_compiled(exported_model, tmp_path,
+                                                                                  monkeypatch, capsys):
+    folder = with_stub_engines(monkeypatch, exported_model, tmp_path, "compiled,onnx")
+    loads = register_runtimes(monkeypatch)
+    model = nmt.load(folder, threads=1, quantize="int8")
+    assert model.engine.name == "onnxruntime"
+    assert capsys.readouterr().err == "engine: onnxruntime (auto); compiled cannot honour --quantize\n"
+    nmt.load(folder, engine="onnxruntime", threads=1, quantize="int8")
+    assert loads.calls == [("onnxruntime int8", folder / "onnx")] * 2
+    with pytest.raises(UsageError, match="--quantize fp16: an option of the torch engine"):
+        nmt.load(folder, engine="onnxruntime", threads=1, quantize="fp16")
+
+
 def test_auto_runs_torch_for_checkpoints_old_folders_and_torch_options(exported_model, ct2_folder, capsys):
     m = exported_model
     out, err = generate(capsys, m.data, "--path", m.pair[-1], "--beam", "1", "--threads", "1", "--quiet")

@@ -32,6 +32,10 @@ class ExportJob:
                                           "bfloat16, for --engine compiled --bf16); auto: both where this CPU has "
                                           "bf16 matrix instructions, else float32.",
                                   choices=["auto", "float32", "both"])
+    onnx_precision: str = opt("both", "--with onnx: the graphs' precision: float32; both (float32 and int8 weights, "
+                                      "for --engine onnxruntime --quantize int8: the fastest engine for a lone "
+                                      "sentence where bf16 is slow; docs/engines.md).",
+                              choices=["float32", "both"])
     bf16: bool = opt(False, "Store the weights in bfloat16 (half the size; loaded back as float32).")
     quantization: Optional[str] = opt(None, "--format ctranslate2: the weights' type in the CTranslate2 model "
                                             "[default: float32].",

@@ -3,7 +3,8 @@
 - ``torch``: the model as trained, in eager PyTorch; runs every checkpoint, ensemble and option (--bf16,
   --quantize, --compile, alignments). The reference.
 - ``onnxruntime``: the encoder and one decoder step exported to ONNX (``nmt-export --with onnx``), run by
-  onnxruntime; nmt's own searches drive the step. Loading runs no code from the folder.
+  onnxruntime, fp32 or with int8 weights (``--quantize int8``); nmt's own searches drive the step. Loading runs no
+  code from the folder.
 - ``compiled``: the same step compiled ahead of time for this CPU and torch version (``--with compiled``,
   torch.export + AOTInductor). A compiled package is native code: it loads only when it was built on this machine
   by this user (a record kept outside the folder) or with ``--trust-compiled``.

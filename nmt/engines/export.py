@@ -29,9 +29,10 @@ MARKERS = {"onnx": "onnx/engine.json", "compiled": "compiled/engine.json", "ctra
 @dataclass(frozen=True)
 class ExportChoices:
     """What the exports are built with beyond the model: ``compiled_bf16``, whether compiled/ also holds bf16
-    packages (``--compiled-precision``)."""
+    packages (``--compiled-precision``); ``onnx_int8``, whether onnx/ also holds int8 graphs (``--onnx-precision``)."""
 
     compiled_bf16: bool = False
+    onnx_int8: bool = False
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def _check_step(model: nn.Module, src: Dictionary, tgt: Dictionary) -> None:
 def _write_onnx(model: nn.Module, src: Dictionary, tgt: Dictionary, out: Path, choices: ExportChoices) -> None:
     from nmt.engines.onnx_export import export_onnx
 
-    export_onnx(model, out)
+    export_onnx(model, out, int8=choices.onnx_int8)
 
 
 def _check_compiled(model: nn.Module, src: Dictionary, tgt: Dictionary) -> None:
@@ -126,13 +127,14 @@ def engine_writer(names: Sequence[str], src: Dictionary, tgt: Dictionary,
     return write
 
 
-def export_choices(compiled_precision: str) -> ExportChoices:
+def export_choices(compiled_precision: str, onnx_precision: str = "float32") -> ExportChoices:
     """``--compiled-precision``: float32; both (float32 and bfloat16 packages); auto: both where this CPU has bf16
-    matrix instructions (elsewhere bf16 products are emulated, slower than fp32)."""
+    matrix instructions (elsewhere bf16 products are emulated, slower than fp32). ``--onnx-precision``: float32;
+    both (float32 and int8 graphs)."""
     from nmt.hardware import bf16_instructions
 
     both = compiled_precision == "both" or (compiled_precision == "auto" and bf16_instructions())
-    return ExportChoices(compiled_bf16=both)
+    return ExportChoices(compiled_bf16=both, onnx_int8=onnx_precision == "both")
 
 
 def marker_files(names: Sequence[str]) -> list[str]:

@@ -4,11 +4,17 @@ size dynamic (sentences, beams, source length, cache length), and an engine.json
     onnx/encoder.onnx       EncoderForExport: src_tokens -> encoder_out, encoder_padding, cross keys/values
     onnx/decoder_step.onnx  DecoderStep: tokens, positions, encoder_padding, cache -> log_probs, new self cache
     onnx/engine.json        names, sizes, the model config, and what the graphs were checked against
+    onnx/*.int8.onnx        with ``int8``: the same graphs with int8 weights (``--quantize int8``)
 
 Written with torch's TorchScript exporter (``dynamo=False``: it needs no onnxscript, and traces the step's
 plain tensor arithmetic as it is), opset 17 (LayerNormalization as one operator). Before the files count as
 written, onnxruntime runs both graphs on inputs of other sizes than the traced ones and must give the torch
 step's outputs: a graph that fixed a size while tracing is refused at export, not found at translation.
+
+The int8 graphs are onnxruntime's dynamic quantization of the fp32 ones: every product with a weight matrix takes
+int8 weights (a scale per output channel) and quantizes its activations as it runs. A step then reads a quarter of
+the fp32 weight bytes, which is what a lone sentence's steps are bound by; their log-probabilities differ from fp32
+by quantization's rounding, so the check at export bounds the difference loosely (gross errors, not roundings).
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ ENCODER_FILE = "encoder.onnx"
 STEP_FILE = "decoder_step.onnx"
 ENGINE_FILE = "engine.json"
 CHECK_TOLERANCE = 1e-4  # ONNX vs torch at export: the same fp32 arithmetic, other kernels (observed: ~1e-6)
+INT8_TOLERANCE = 1.0  # int8 graphs vs torch: a gross error, not rounding (a log-probability off by a nat or more)
+INT8_SUFFIX = ".int8.onnx"
 
 
 def need_onnx(what: str) -> None:
@@ -110,8 +118,9 @@ def _export(module: nn.Module, args: tuple[Tensor, ...], path: Path, inputs: lis
                           do_constant_folding=True)
 
 
-def _check(session: Any, module: nn.Module, args: Sequence[Tensor], names: list[str], what: str) -> None:
-    """onnxruntime's outputs for ``args`` must be the torch module's."""
+def _check(session: Any, module: nn.Module, args: Sequence[Tensor], names: list[str], what: str,
+           tolerance: float = CHECK_TOLERANCE) -> None:
+    """onnxruntime's outputs for ``args`` must be the torch module's (floats within ``tolerance``)."""
     with torch.no_grad():
         expected = module(*args)
     try:
@@ -127,17 +136,18 @@ def _check(session: Any, module: nn.Module, args: Sequence[Tensor], names: list[
                            "translate with --engine torch")
         if want.is_floating_point():
             diff = float((torch.from_numpy(have) - want).abs().max()) if want.numel() else 0.0
-            if not diff <= CHECK_TOLERANCE:
-                raise NmtError(f"the ONNX {what} differs from the model by {diff:.3g} in {name.name}; translate "
-                               "with --engine torch")
+            if not diff <= tolerance:
+                fix = ("export with --onnx-precision float32" if tolerance > CHECK_TOLERANCE
+                       else "translate with --engine torch")
+                raise NmtError(f"the ONNX {what} differs from the model by {diff:.3g} in {name.name}; {fix}")
         elif not torch.equal(torch.from_numpy(have), want):
             raise NmtError(f"the ONNX {what} differs from the model in {name.name}; translate with --engine torch")
 
 
-def export_onnx(model: nn.Module, out_dir: str | Path) -> Path:
+def export_onnx(model: nn.Module, out_dir: str | Path, int8: bool = False) -> Path:
     """Write ``out_dir``/encoder.onnx, decoder_step.onnx and engine.json for ``model`` (a TransformerModel in
     fp32; refused in one line when a plugin cannot be exported: nmt.engines.step.check_exportable), checked with
-    onnxruntime; returns ``out_dir``."""
+    onnxruntime, and with ``int8`` also their int8 graphs (module docstring); returns ``out_dir``."""
     need_onnx("nmt-export --with onnx")
     import onnxruntime as ort
 
@@ -147,15 +157,41 @@ def export_onnx(model: nn.Module, out_dir: str | Path) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        _write(model, out, ort)
+        _write(model, out, ort, int8)
     except BaseException:
-        for name in (ENCODER_FILE, STEP_FILE, ENGINE_FILE):  # nothing half-written is left behind
+        for name in (ENCODER_FILE, STEP_FILE, ENGINE_FILE, *map(int8_file, (ENCODER_FILE, STEP_FILE))):
+            # nothing half-written is left behind
             (out / name).unlink(missing_ok=True)
         raise
     return out
 
 
-def _write(model: TransformerModel, out: Path, ort: Any) -> None:
+def int8_file(name: str) -> str:
+    """The int8 graph's file beside the fp32 graph ``name``."""
+    return name.removesuffix(".onnx") + INT8_SUFFIX
+
+
+def _quantize(src: Path, dst: Path) -> None:
+    """``dst``: the graph ``src`` with int8 weights, one scale per output channel (module docstring)."""
+    import logging
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    class _NoAdvice(logging.Filter):  # its advice to pre-process the graph (shape inference) is not the user's
+        def filter(self, record: logging.LogRecord) -> bool:
+            return "pre-processing" not in record.getMessage()
+
+    root = logging.getLogger()
+    quiet = _NoAdvice()
+    root.addFilter(quiet)
+    try:
+        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True,
+                         op_types_to_quantize=["MatMul", "Gemm"])
+    finally:
+        root.removeFilter(quiet)
+
+
+def _write(model: TransformerModel, out: Path, ort: Any, int8: bool) -> None:
     encoder, step = EncoderForExport(model), DecoderStep(model)
     layers = step.layers
     enc_in, enc_out = encoder_names(layers)
@@ -170,13 +206,21 @@ def _write(model: TransformerModel, out: Path, ort: Any) -> None:
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.log_severity_level = 3
-    sessions = [ort.InferenceSession(str(out / name), options, providers=["CPUExecutionProvider"])
-                for name in (ENCODER_FILE, STEP_FILE)]
-    with torch.no_grad():
-        for rows, length, group, t in ((1, 1, 1, 0), (3, 7, 5, 9)):  # one sentence at its first step; a batch later
-            src = example_sources(model, rows, length, seed=rows)
-            _check(sessions[0], encoder, (src,), enc_in, "encoder")
-            _check(sessions[1], step, step_inputs(step, encoder(src), group, t, seed=t), step_in, "decoder step")
+    graphs = {"": (ENCODER_FILE, STEP_FILE)}
+    if int8:
+        for name in (ENCODER_FILE, STEP_FILE):
+            _quantize(out / name, out / int8_file(name))
+        graphs["int8 "] = (int8_file(ENCODER_FILE), int8_file(STEP_FILE))
+    for kind, files in graphs.items():
+        sessions = [ort.InferenceSession(str(out / name), options, providers=["CPUExecutionProvider"])
+                    for name in files]
+        tolerance = INT8_TOLERANCE if kind else CHECK_TOLERANCE
+        with torch.no_grad():
+            for rows, length, group, t in ((1, 1, 1, 0), (3, 7, 5, 9)):  # one sentence at its first step; a batch
+                src = example_sources(model, rows, length, seed=rows)
+                _check(sessions[0], encoder, (src,), enc_in, f"{kind}encoder", tolerance)
+                _check(sessions[1], step, step_inputs(step, encoder(src), group, t, seed=t), step_in,
+                       f"{kind}decoder step", tolerance)
 
     attn = decoder_layers(model)[0].self_attn
     record: dict[str, Any] = {
@@ -189,4 +233,6 @@ def _write(model: TransformerModel, out: Path, ort: Any) -> None:
         "precision": "float32", "torch": torch.__version__, "onnxruntime_checked": ort.__version__,
         "model_config": dataclasses.asdict(model.cfg),
     }
+    if int8:  # the same inputs and outputs (an nmt that predates int8 graphs reads the record and ignores them)
+        record["int8"] = {"encoder": {"file": int8_file(ENCODER_FILE)}, "decoder_step": {"file": int8_file(STEP_FILE)}}
     (out / ENGINE_FILE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")

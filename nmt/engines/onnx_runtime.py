@@ -2,17 +2,17 @@
 ensemble member (nmt.engines.member.StepMember) that nmt's own searches drive. Loading reads two graphs and a
 JSON file: it runs no code from the folder.
 
-Both sessions run fp32 on the CPU with every graph optimisation (constant folding, fused attention and layer
-norms, ...) applied when loading, ``threads`` intra-op threads each (they never run at the same time; 0:
-onnxruntime's choice, a thread per physical core) and no inter-op parallelism (the graphs are one chain of
-operators).
+Both sessions run fp32 (or the export's int8 graphs, ``int8``) on the CPU with every graph optimisation (constant
+folding, fused attention and layer norms, ...) applied when loading, ``threads`` intra-op threads each (they never
+run at the same time; 0: onnxruntime's choice, a thread per physical core) and no inter-op parallelism (the graphs
+are one chain of operators).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -21,10 +21,11 @@ from torch import Tensor
 from nmt.config.model import ModelConfig
 from nmt.engines.member import StepMember
 from nmt.engines.onnx_export import ENGINE_FILE, FORMAT_VERSION, need_onnx
-from nmt.errors import DataError
+from nmt.errors import DataError, UsageError
 from nmt.fields import to_dataclass
 
 FIX = "export it again: nmt-export ... --with onnx --force"
+ONE_THREAD_TOKENS = 16  # int8 graphs given at most this many tokens run on one thread (SmallOnOneThread)
 
 
 def read_engine_record(folder: Path) -> dict[str, Any]:
@@ -47,6 +48,12 @@ def read_engine_record(folder: Path) -> dict[str, Any]:
         if not (isinstance(entry, dict) and isinstance(entry.get("file"), str) and "/" not in entry["file"]
                 and all(isinstance(entry.get(k), list) for k in ("inputs", "outputs"))):
             raise DataError(f"{path}: \"{part}\" must give its \"file\", \"inputs\" and \"outputs\"; {FIX}")
+    int8 = record.get("int8")  # absent in exports without int8 graphs (and in those older than them)
+    parts = ("encoder", "decoder_step")
+    if int8 is not None and not (isinstance(int8, dict) and all(
+            isinstance(int8.get(p), dict) and isinstance(int8[p].get("file"), str) and "/" not in int8[p]["file"]
+            for p in parts)):
+        raise DataError(f"{path}: \"int8\" must give the \"file\" of its \"encoder\" and \"decoder_step\"; {FIX}")
     if not isinstance(record.get("model_config"), dict) or not isinstance(record.get("shares_encoder_rows"), bool):
         raise DataError(f"{path}: \"model_config\" or \"shares_encoder_rows\" is missing; {FIX}")
     return record
@@ -86,9 +93,25 @@ class OnnxGraph:
         return [torch.from_numpy(a) for a in self.sess.run(self.outputs, feeds)]
 
 
-def load_onnx_member(folder: str | Path, threads: int) -> StepMember:
+class SmallOnOneThread:
+    """An int8 graph run on one thread when its first input holds at most ``ONE_THREAD_TOKENS`` tokens (a lone
+    sentence, or its beams' step: a server's usual request), else on the session's threads: a few tokens' int8
+    products are too small to share, and waking other threads for each operator costs more than they save (as
+    CTranslate2's int8 with one thread against two shows on a lone sentence; benchmarks/RESULTS.md#engines)."""
+
+    def __init__(self, one_thread: OnnxGraph, threads: OnnxGraph):
+        self.one_thread = one_thread
+        self.threads = threads
+
+    def __call__(self, tensors: Sequence[Tensor]) -> list[Tensor]:
+        tokens = tensors[0].numel()  # the encoder's src_tokens (b, S); the step's tokens (b, G), one per row
+        return (self.one_thread if tokens <= ONE_THREAD_TOKENS else self.threads)(tensors)
+
+
+def load_onnx_member(folder: str | Path, threads: int, int8: bool = False) -> StepMember:
     """The ONNX export in ``folder`` (a model folder's onnx/, or the model folder) as an ensemble member run by
-    onnxruntime with ``threads`` intra-op threads."""
+    onnxruntime with ``threads`` intra-op threads; ``int8``: its int8 graphs (``--quantize int8``), whose runs of a
+    few tokens take one thread (SmallOnOneThread)."""
     need_onnx("--engine onnxruntime")
     folder = Path(folder)
     if not (folder / ENGINE_FILE).exists() and (folder / "onnx" / ENGINE_FILE).exists():
@@ -96,8 +119,21 @@ def load_onnx_member(folder: str | Path, threads: int) -> StepMember:
     record = read_engine_record(folder)
     cfg: ModelConfig = to_dataclass(ModelConfig, record["model_config"])
     enc, dec = record["encoder"], record["decoder_step"]
-    encoder = OnnxGraph(session(folder / enc["file"], threads), enc["inputs"], enc["outputs"])
-    step = OnnxGraph(session(folder / dec["file"], threads), dec["inputs"], dec["outputs"])
+    if int8:
+        if "int8" not in record:
+            raise UsageError(f"--quantize int8: {folder} holds no int8 ONNX graphs; add them with nmt-export --path "
+                             f"{folder.parent} --with onnx --onnx-precision both --force, or drop --quantize")
+        enc, dec = ({**part, "file": record["int8"][name]["file"]} for name, part in (("encoder", enc),
+                                                                                     ("decoder_step", dec)))
+    graphs: list[Callable[[Sequence[Tensor]], list[Tensor]]] = []
+    for part in (enc, dec):
+        graph = OnnxGraph(session(folder / part["file"], threads), part["inputs"], part["outputs"])
+        if int8 and threads != 1:
+            one = OnnxGraph(session(folder / part["file"], 1), part["inputs"], part["outputs"])
+            graphs.append(SmallOnOneThread(one, graph))
+        else:
+            graphs.append(graph)
+    encoder, step = graphs
 
     def encode(src_tokens: Tensor) -> list[Tensor]:
         return encoder([src_tokens])

@@ -5,9 +5,9 @@ run a model folder's engine files (``nmt-export --with``), checked against model
 folder without them is one line naming the export that adds them. ``auto``, the default, is torch for
 checkpoints, ensembles and folders without engine files, and otherwise the first engine of ``AUTO_ORDER`` the
 folder holds that honours the options given (--compile and --quantize are the torch engine's; --bf16 also runs
-compiled bf16 packages and CTranslate2) and loads on this machine (a compiled package of another machine, an
-engine whose package is not installed, or search options CTranslate2 cannot honour pass to the next), said on
-stderr in one line.
+compiled bf16 packages and CTranslate2, --quantize int8 the ONNX int8 graphs and CTranslate2) and loads on this
+machine (a compiled package of another machine, an engine whose package is not installed, or search options
+CTranslate2 cannot honour pass to the next), said on stderr in one line.
 """
 
 from __future__ import annotations
@@ -107,6 +107,8 @@ def _torch_only(inf: InferenceConfig, engine: str) -> Optional[str]:
         given = [flag for flag in given if flag == "--compile"]
     if engine == "compiled":  # its bf16 packages (nmt-export --compiled-precision)
         given = [flag for flag in given if flag != "--bf16"]
+    if engine == "onnxruntime":  # its int8 graphs (nmt-export --onnx-precision)
+        given = [flag for flag in given if flag != "--quantize int8"]
     return given[0] if engine != "torch" and given else None
 
 
@@ -211,7 +213,7 @@ def _load(engine: str, folder: str, record: dict[str, Any], inf: InferenceConfig
     if engine == "onnxruntime":
         from nmt.engines.onnx_runtime import load_onnx_member
 
-        member = load_onnx_member(files, inf.threads or 0)  # 0: onnxruntime's choice
+        member = load_onnx_member(files, inf.threads or 0, int8=inf.quantize == "int8")  # 0: onnxruntime's choice
     else:
         from nmt.engines.compiled_runtime import load_compiled_member
 

@@ -94,8 +94,9 @@ def model_card(manifest: dict[str, Any], metadata: dict[str, Any]) -> str:
 
 # what each engine export holds and needs, for the card (nmt.engines names them; docs/engines.md says more)
 _ENGINE_TEXT = {
-    "onnxruntime": "the encoder and one decoder step in ONNX, run by onnxruntime (pip install 'nmt[onnx]'); "
-                   "loading runs no code from the folder",
+    "onnxruntime": "the encoder and one decoder step in ONNX, run by onnxruntime (pip install 'nmt[onnx]'), in "
+                   "fp32 and, when exported with them (*.int8.onnx), with int8 weights (--quantize int8); loading "
+                   "runs no code from the folder",
     "compiled": "the encoder and decoder step compiled ahead of time (torch.export + AOTInductor) for the CPU and "
                 "torch version that built them. **A compiled package is native code: loading it runs it.** nmt "
                 "loads it only on the machine and for the user that built it (a record kept outside this folder), "

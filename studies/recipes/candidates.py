@@ -28,7 +28,7 @@ COSINE_30MIN, COSINE_15MIN, COSINE_30MIN_AMX = cosine(6800), cosine(3100), cosin
 BEST_30MIN = (*QUICKSTART_CPU, *COSINE_30MIN, *LS_0_2)
 BEST_30MIN_AMX = (*QUICKSTART_CPU, *COSINE_30MIN_AMX, *LS_0_2)
 # Shaw et al.'s relative-position self-attention in place of the sinusoids (the ablation study's attention row); with
-# BEST_30MIN_AMX the best found (examples/multi30k_cpu_30min.yaml)
+# BEST_30MIN_AMX the best found (the 30-minute recipe file until warmup-stable-decay replaced it)
 RELATIVE = ("--attention", "relative", "--max-relative-position", "16", "--positional", "none")
 # the quickstart's recipe since 2026-11-28 (examples/multi30k_cpu.yaml) as flags on the reference recipe
 MULTI30K_CPU = (*QUICKSTART_CPU, *LS_0_2, *RELATIVE)
