@@ -1,13 +1,14 @@
 """Translate with an exported model and no PyTorch: onnxruntime, numpy and the tokenizer/BPE packages only.
 
     nmt-export DATA --path CKPT --output MODEL_DIR --with onnx
-    python examples/onnx_translate.py MODEL_DIR [--beam 5] < raw.en > out.de
+    python examples/onnx_translate.py MODEL_DIR [--beam 5] [--int8] < raw.en > out.de
 
 Raw sentences on stdin, one per line; translations on stdout. The model folder has what this needs: the two graphs
 in MODEL_DIR/onnx (docs/engines.md), the dictionaries, metadata.json's text pipeline (Moses or whitespace
 tokens; subword-nmt or sentencepiece subwords) and model.json's decoder start. The search is fairseq's: a
 sentence's best hypothesis by sum of log-probabilities / length, <pad> and <s> never produced, </s> forced at 200
-tokens (nmt-generate's defaults; greedy gives nmt's greedy translations).
+tokens (nmt-generate's defaults; greedy gives nmt's greedy translations). ``--int8`` runs the graphs with int8
+weights that onnx/engine.json lists (nmt-export's default ``--onnx-precision both``).
 """
 
 from __future__ import annotations
@@ -74,11 +75,13 @@ class Pipeline:
 class Model:
     """The encoder and the decoder step of MODEL_DIR/onnx (their inputs and outputs: nmt.engines.step)."""
 
-    def __init__(self, folder: Path, threads: int):
+    def __init__(self, folder: Path, threads: int, int8: bool = False):
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
-        self.encoder = ort.InferenceSession(str(folder / "onnx" / "encoder.onnx"), options)
-        self.step_session = ort.InferenceSession(str(folder / "onnx" / "decoder_step.onnx"), options)
+        record = json.loads((folder / "onnx" / "engine.json").read_text("utf-8"))
+        files = record["int8"] if int8 else record  # {"encoder": {"file": ...}, "decoder_step": {"file": ...}}
+        self.encoder = ort.InferenceSession(str(folder / "onnx" / files["encoder"]["file"]), options)
+        self.step_session = ort.InferenceSession(str(folder / "onnx" / files["decoder_step"]["file"]), options)
         self.layers = sum(1 for i in self.step_session.get_inputs() if i.name.startswith("self_k_"))
         self.shape = {i.name: i.shape for i in self.step_session.get_inputs()}
 
@@ -138,6 +141,7 @@ def main() -> None:
     parser.add_argument("model_dir", type=Path)
     parser.add_argument("--beam", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--int8", action="store_true", help="the graphs with int8 weights")
     args = parser.parse_args()
     folder = args.model_dir
     meta = json.loads((folder / "metadata.json").read_text("utf-8"))
@@ -147,7 +151,7 @@ def main() -> None:
     tgt_dict = read_dictionary(folder / meta["dictionaries"][tgt_lang]["file"])
     index = {s: i for i, s in enumerate(src_dict)}
     source, target = Pipeline(folder, meta["pipeline"], src_lang), Pipeline(folder, meta["pipeline"], tgt_lang)
-    model = Model(folder, args.threads)
+    model = Model(folder, args.threads, args.int8)
     for line in sys.stdin:
         if not line.strip():
             print()

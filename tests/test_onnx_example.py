@@ -30,14 +30,11 @@ SENTENCES = ["a man rides a bike .", "two dogs run in the park .", "", "the woma
 
 @pytest.fixture(scope="module")
 def onnx_folder(exported_model, tmp_path_factory):
-    from nmt.data.data_bin import open_data_dir
-    from nmt.engines.onnx_export import export_onnx
-    from nmt.generation.loading import load_model
+    from model_folder_setup import export
 
     folder = tmp_path_factory.mktemp("onnx") / "model"
     shutil.copytree(exported_model.folder, folder)
-    data = open_data_dir(str(exported_model.data), None, None)
-    export_onnx(load_model(str(exported_model.pair[-1]), data.src_dict, data.tgt_dict), folder / "onnx")
+    assert export("--path", folder, "--with", "onnx") == 0  # fp32 and int8 graphs (--onnx-precision both)
     return folder
 
 
@@ -49,4 +46,15 @@ def test_the_example_translates_without_torch_as_the_api_does(onnx_folder, beam)
                           input="\n".join(SENTENCES) + "\n", capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     expected = nmt.load(onnx_folder, engine="torch").translate(SENTENCES, beam=beam)
+    assert done.stdout.splitlines() == expected
+
+
+def test_the_example_runs_the_int8_graphs_without_torch(onnx_folder):
+    """--int8 reads engine.json's int8 files: the same output as nmt's onnxruntime engine over those graphs."""
+    import nmt
+
+    done = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, str(EXAMPLE), str(onnx_folder), "--int8"],
+                          input="\n".join(SENTENCES) + "\n", capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    expected = nmt.load(onnx_folder, engine="onnxruntime", quantize="int8", threads=1).translate(SENTENCES, beam=1)
     assert done.stdout.splitlines() == expected
