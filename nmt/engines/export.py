@@ -127,7 +127,7 @@ def engine_writer(names: Sequence[str], src: Dictionary, tgt: Dictionary,
     return write
 
 
-def export_choices(compiled_precision: str, onnx_precision: str = "float32") -> ExportChoices:
+def export_choices(compiled_precision: str, onnx_precision: str) -> ExportChoices:
     """``--compiled-precision``: float32; both (float32 and bfloat16 packages); auto: both where this CPU has bf16
     matrix instructions (elsewhere bf16 products are emulated, slower than fp32). ``--onnx-precision``: float32;
     both (float32 and int8 graphs)."""

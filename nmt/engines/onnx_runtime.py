@@ -43,20 +43,22 @@ def read_engine_record(folder: Path) -> dict[str, Any]:
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise DataError(f"{path}: ONNX export format {version!r} is not one this nmt reads ({FORMAT_VERSION}); "
                         "upgrade nmt, or " + FIX)
-    for part in ("encoder", "decoder_step"):
-        entry = record.get(part)
-        if not (isinstance(entry, dict) and isinstance(entry.get("file"), str) and "/" not in entry["file"]
-                and all(isinstance(entry.get(k), list) for k in ("inputs", "outputs"))):
+    parts = ("encoder", "decoder_step")
+    for part in parts:
+        entry: Any = record.get(part)
+        if not (_names_a_file(entry) and all(isinstance(entry.get(k), list) for k in ("inputs", "outputs"))):
             raise DataError(f"{path}: \"{part}\" must give its \"file\", \"inputs\" and \"outputs\"; {FIX}")
     int8 = record.get("int8")  # absent in exports without int8 graphs (and in those older than them)
-    parts = ("encoder", "decoder_step")
-    if int8 is not None and not (isinstance(int8, dict) and all(
-            isinstance(int8.get(p), dict) and isinstance(int8[p].get("file"), str) and "/" not in int8[p]["file"]
-            for p in parts)):
+    if int8 is not None and not (isinstance(int8, dict) and all(_names_a_file(int8.get(p)) for p in parts)):
         raise DataError(f"{path}: \"int8\" must give the \"file\" of its \"encoder\" and \"decoder_step\"; {FIX}")
     if not isinstance(record.get("model_config"), dict) or not isinstance(record.get("shares_encoder_rows"), bool):
         raise DataError(f"{path}: \"model_config\" or \"shares_encoder_rows\" is missing; {FIX}")
     return record
+
+
+def _names_a_file(entry: Any) -> bool:
+    """Whether a graph's entry of engine.json names a file of the folder itself (no path)."""
+    return isinstance(entry, dict) and isinstance(entry.get("file"), str) and "/" not in entry["file"]
 
 
 def session(path: Path, threads: int) -> Any:
