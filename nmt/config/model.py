@@ -62,6 +62,10 @@ class ModelConfig:
                                            group=GROUP)
     activation_dropout: float = opt(0.0, "Dropout after the FFN activation.", low=0, high=1, high_open=True,
                                     group=GROUP)
+    word_dropout: float = opt(0.0, "Training: zero a whole input token's embedding (source and previous target "
+                              "tokens alike) with this probability, the rest scaled by 1 / (1 - p); a regularizer "
+                              "for small data (Sennrich et al. 2016 dropped entire words).", low=0, high=1,
+                              high_open=True, group=GROUP)
     activation_fn: str = opt("relu", "FFN activation (the paper: relu).", choices=["relu", "gelu"], group=GROUP)
     attention: Dict[str, Any] = plugin_group("attention", "scaled_dot_product", "Attention for every site (encoder "
                                              "self, decoder self, encoder-decoder) unless a site names its own.",

@@ -122,7 +122,8 @@ def build_transformer(cfg: ModelConfig, src_dict: ModelVocabulary, tgt_dict: Mod
 
     def embedder(embed: nn.Embedding, side: str, max_positions: int, option: str) -> Embedder:
         positional = POSITIONAL.build(pos[side]["name"], pos[side], embed.embedding_dim, max_positions, option)
-        return Embedder(embed, positional, cfg.dropout, scale=not cfg.no_scale_embedding)
+        return Embedder(embed, positional, cfg.dropout, scale=not cfg.no_scale_embedding,
+                        word_dropout=cfg.word_dropout)
 
     def ffn(side: str) -> FeedForward:
         return FeedForward(getattr(cfg, f"{side}_embed_dim"), getattr(cfg, f"{side}_ffn_embed_dim"),

@@ -33,19 +33,25 @@ def padding_mask(tokens: Tensor, pad: int) -> Optional[Tensor]:
 
 
 class Embedder(nn.Module):
-    """Token embedding * sqrt(d) (unless disabled) + positional encoding, then dropout."""
+    """Token embedding * sqrt(d) (unless disabled) + positional encoding, then dropout. In training, ``word_dropout``
+    zeroes the whole embedding of a token with that probability (its position stays), the others scaled up to
+    keep the expectation: the model learns to translate around words it did not see."""
 
-    def __init__(self, embed_tokens: nn.Embedding, positional: PositionalBase, dropout: float, scale: bool):
+    def __init__(self, embed_tokens: nn.Embedding, positional: PositionalBase, dropout: float, scale: bool,
+                 word_dropout: float = 0.0):
         super().__init__()
         self.embed_tokens = embed_tokens
         self.positional = positional
         self.scale = math.sqrt(embed_tokens.embedding_dim) if scale else 1.0
         self.dropout = nn.Dropout(dropout)
+        self.word_dropout = nn.Dropout(word_dropout)  # applied to a (B, L, 1) mask: one draw per token
 
     def forward(self, tokens: Tensor, offset: int = 0, positions: Optional[Tensor] = None) -> Tensor:
         """tokens (B, L) at positions ``offset ..``, or, for one token per row (L = 1), at each
         row's own position ``positions`` (B,)."""
         x = self.embed_tokens(tokens) * self.scale  # (B, L, C)
+        if self.training and self.word_dropout.p > 0:
+            x = x * self.word_dropout(x.new_ones(*tokens.shape, 1))
         if positions is None:
             x = x + self.positional(tokens.size(1), offset).to(x.dtype)  # (L, C) broadcast over B
         else:
