@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 
 import pytest
 
 from studies.recipes import run as search, scoring
+from studies.recipes.job import RecipeJob
 from studies.recipes.table import markdown
 from studies.record import Table
 from tests.example_scripts import call
@@ -24,29 +26,53 @@ TINY = ("--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 --decoder-
 RECORDS = ROOT / "studies" / "recipes" / "record"
 
 
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("name, minutes, threads", [("ensemble", "0.0416667", False),
+                                                    ("ensemble_side_by_side", "0.0833333", True),
+                                                    ("quickstart", "0.0833333", False)])
+def test_an_ensembles_two_models_share_the_time_or_the_cores(tmp_path, monkeypatch, name, minutes, threads):
+    """5 minutes: an ensemble trains two models (seeds 1 and 2) for half of it each, one after the other on every
+    core, or side by side for all of it on half the cores each; another candidate one model for all of it."""
+    commands: list[str] = []
+    models = 1 if name == "quickstart" else 2
+    lock = threading.Lock()
+
+    def trained(argv, prefix):
+        with lock:
+            commands.append(" ".join(str(a) for a in argv))
+            if len(commands) == models:
+                raise _Stop  # nothing is trained: the commands are what this checks
+
+    monkeypatch.setattr(search, "train_to_end", trained)
+    job = RecipeJob(data=str(tmp_path), minutes=5.0, precision="fp32", out_dir=str(tmp_path / "runs"))
+    with pytest.raises(_Stop):
+        search.run_candidate(job, name, ["1.0"])
+    commands.sort(key=lambda c: "--seed 2" in c)
+    assert all(f"--stop-time-hours {minutes}" in c for c in commands) and "--seed 1" in commands[0]
+    assert len(commands) == models and all("--seed 2" in c for c in commands[1:])
+    assert all(("--num-threads" in c) == threads for c in commands)
+
+
 @pytest.mark.slow
 def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
     data = make_toy_task(tmp_path / "toy", n_train=120, n_valid=16)
     out = tmp_path / "runs"
-    argv = [data, "--candidates", "ensemble,ensemble_side_by_side", "--minutes", "5", "--lenpens", "1.0", "--test",
+    argv = [data, "--candidates", "ensemble_side_by_side,quickstart", "--minutes", "5", "--lenpens", "1.0", "--test",
             "--test-subset", "valid", "--precision", "fp32", "--out-dir", out, f"--train-args={TINY}"]
     assert call(search, argv) == 0
     runs = json.loads((out / "results.json").read_text())["runs"]
-    assert set(runs) == {"ensemble", "ensemble_side_by_side", "test"} and runs["ensemble"]["updates"] == [12, 12]
-    first, second = runs["ensemble"]["train_commands"]  # 5 minutes: half of it each, seeds 1 and 2
-    assert "--stop-time-hours 0.0416667" in first and "--seed 1" in first and "--seed 2" in second
-    assert "--num-threads" not in first.replace(TINY, "")  # one after the other: each on every core
-    # side by side: both for the whole 5 minutes at once, each on half the cores
-    first, second = runs["ensemble_side_by_side"]["train_commands"]
-    assert "--stop-time-hours 0.0833333" in first and "--seed 1" in first and "--seed 2" in second
-    assert "--num-threads" in first.replace(TINY, "") and runs["ensemble_side_by_side"]["updates"] == [12, 12]
-    assert "[seed2] $ " in capsys.readouterr().out
+    assert set(runs) == {"ensemble_side_by_side", "quickstart", "test"}
+    assert runs["ensemble_side_by_side"]["updates"] == [12, 12] and runs["quickstart"]["updates"] == [12]
+    assert "[seed2] $ " in capsys.readouterr().out  # side by side: each model's lines say whose they are
     # 12 updates, a checkpoint every update but at the 3 epoch ends: the best checkpoints, the averages of the
     # last 5 and of all 9 (the wide average, capped at what exists), each with the length penalty given
-    scores = {name: runs[name]["valid_bleu"] for name in ("ensemble", "ensemble_side_by_side")}
-    assert set(scores["ensemble"]) == {f"{kind}/lenpen {p}" for kind in ("best", "average", "wide_average")
-                                       for p in ("1.0",)}
-    kept = runs["ensemble"]["checkpoints"]
+    scores = {name: runs[name]["valid_bleu"] for name in ("ensemble_side_by_side", "quickstart")}
+    assert set(scores["quickstart"]) == {f"{kind}/lenpen {p}" for kind in ("best", "average", "wide_average")
+                                         for p in ("1.0",)}
+    kept = runs["ensemble_side_by_side"]["checkpoints"]
     assert [p.rsplit("/", 1)[-1] for p in kept["wide_average"]] == ["checkpoint_wide_average.pt"] * 2
     winner = max(scores, key=lambda name: max(scores[name].values()))
     assert runs["test"]["valid_bleu"] == max(scores[winner].values()) and runs["test"]["candidate"] == winner
@@ -54,7 +80,7 @@ def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
     kind, lenpen = runs["test"]["setting"].split("/lenpen ")
     assert (out / winner / f"test-{kind}-{lenpen}" / "generate-valid.txt").is_file()
     table = (out / "table.md").read_text()
-    assert "| ensemble | (quickstart) | 12 + 12 |" in table and f"Chosen on valid: {winner} (" in table
+    assert "| ensemble_side_by_side | (quickstart) | 12 + 12 |" in table and f"Chosen on valid: {winner} (" in table
 
     capsys.readouterr()
     assert call(search, argv) == 0  # the rerun trains and translates nothing
@@ -63,32 +89,36 @@ def test_candidates_ensemble_test_once_and_rerun(tmp_path, capsys):
 
     more = [str(a) for a in argv]
     more[more.index("1.0")] = "1.0,1.4"
+    more[more.index("ensemble_side_by_side,quickstart")] = "quickstart"
+    more.remove("--test")
     assert call(search, more) == 0  # another length penalty: scored on the kept checkpoints, nothing trained
     commands = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")]
-    assert [c.rsplit("/", 1)[-1] for c in commands] == ["nmt-generate"] * 6  # 2 models' best and averages, at 1.4
+    assert [c.rsplit("/", 1)[-1] for c in commands] == ["nmt-generate"] * 3  # the best and the averages, at 1.4
     rescored = json.loads((out / "results.json").read_text())["runs"]
-    assert set(rescored["ensemble"]["valid_bleu"]) == set(runs["ensemble"]["valid_bleu"]) | {
+    assert set(rescored["quickstart"]["valid_bleu"]) == set(runs["quickstart"]["valid_bleu"]) | {
         "best/lenpen 1.4", "average/lenpen 1.4", "wide_average/lenpen 1.4"}
-    assert rescored["ensemble"]["valid_bleu"]["best/lenpen 1.0"] == runs["ensemble"]["valid_bleu"]["best/lenpen 1.0"]
+    before, now = runs["quickstart"]["valid_bleu"], rescored["quickstart"]["valid_bleu"]
+    assert now["best/lenpen 1.0"] == before["best/lenpen 1.0"]
+    assert rescored["ensemble_side_by_side"] == runs["ensemble_side_by_side"]
 
     # a later best on valid (the other candidate's, made so by hand): --test translates it, the earlier test stays
-    loser = ({"ensemble", "ensemble_side_by_side"} - {winner}).pop()
-    rescored[loser]["valid_bleu"]["best/lenpen 1.4"] = 99.0
+    loser = ({"ensemble_side_by_side", "quickstart"} - {winner}).pop()
+    rescored[loser]["valid_bleu"]["best/lenpen 1.0"] = 99.0
     results = json.loads((out / "results.json").read_text())
     (out / "results.json").write_text(json.dumps({**results, "runs": rescored}))
     capsys.readouterr()
-    assert call(search, more) == 0
+    assert call(search, argv) == 0
     commands = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")]
     assert [c.rsplit("/", 1)[-1] for c in commands] == ["nmt-generate"]  # the new best only
     after = json.loads((out / "results.json").read_text())["runs"]
     assert (after["test"]["candidate"], after["test"]["setting"], after["test"]["valid_bleu"]) == (
-        loser, "best/lenpen 1.4", 99.0)
+        loser, "best/lenpen 1.0", 99.0)
     assert after["test_earlier"] == {**runs["test"], "variant": "test_earlier"}
-    assert (out / loser / "test-best-1.4" / "generate-valid.txt").is_file()
+    assert (out / loser / "test-best-1.0" / "generate-valid.txt").is_file()
     assert f"Chosen before it: {winner} ({runs['test']['setting']}," in (out / "table.md").read_text()
-    earlier_only = [str(a) for a in more]
-    earlier_only[earlier_only.index("ensemble,ensemble_side_by_side")] = winner
-    earlier_only[earlier_only.index("1.0,1.4")] = "1.0"
+
+    earlier_only = [str(a) for a in argv]
+    earlier_only[earlier_only.index("ensemble_side_by_side,quickstart")] = winner
     table = (out / "table.md").read_text()
     capsys.readouterr()
     assert call(search, earlier_only) == 0  # the best of the whole record is tested already, not the best of these
