@@ -14,8 +14,6 @@ import os
 import re
 import shutil
 import stat
-import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -161,39 +159,6 @@ def test_a_windowed_cache_and_shared_encoder_rows_step_as_the_eager_decoder(tmp_
         assert len(compiled_steps) == len(eager_steps) > 3
         for a, b in zip(compiled_steps, eager_steps):
             torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
-
-
-@pytest.mark.slow
-def test_a_compiled_call_lets_other_threads_run(compiled_folder):
-    """nmt-serve's HTTP thread runs while the search thread is in a compiled call: the package is called with the GIL
-    released. With a switch interval of 100 s the main thread gets the GIL only where the other thread releases it:
-    inside its calls here; torch's loader, which holds it, would let it in only between them."""
-    run = compiled_runtime._open_package((compiled_folder / "compiled" / "encoder.pt2").read_bytes())
-    src = torch.randint(4, 8, (64, 40))
-    src[:, -1] = 2  # eos
-    entered, state = threading.Event(), {"inside": False, "calls": 0}
-
-    def translate() -> None:
-        entered.set()
-        for _ in range(20):
-            state["inside"] = True
-            run([src])
-            state["inside"] = False
-            state["calls"] += 1
-
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(100.0)
-    seen = []
-    try:
-        thread = threading.Thread(target=translate)
-        thread.start()
-        entered.wait()
-        while thread.is_alive():
-            seen.append(state["inside"])
-            thread.join(0.001)
-    finally:
-        sys.setswitchinterval(before)
-    assert state["calls"] == 20 and any(seen)
 
 
 # --------------------------------------------------------------------------- what may run here

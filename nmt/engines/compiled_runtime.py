@@ -20,7 +20,6 @@ from torch import Tensor
 
 from nmt.bounded_read import read_bounded, read_json
 from nmt.config.model import ModelConfig
-from nmt.engines.aoti_call import open_released
 from nmt.engines.build_target import mismatch, this_machine
 from nmt.engines.compiled_export import ENGINE, ENGINE_FILE, FORMAT_VERSION
 from nmt.engines.member import StepMember
@@ -89,15 +88,11 @@ def checked_package(folder: Path, entry: dict[str, Any], built_for: dict[str, An
 
 
 def _open_package(data: bytes) -> Callable[[list[Tensor]], list[Tensor]]:
-    """Load the package ``data`` (its checked bytes, written to a private file and unpacked there): called through
-    its C interface, which releases the GIL while it runs (nmt.engines.aoti_call), else through torch's loader."""
+    """Load the package ``data`` (its checked bytes, written to a private file for the loader, which unpacks it)."""
     with tempfile.TemporaryDirectory(prefix="nmt-compiled-") as private:  # mode 0700
         path = os.path.join(private, "package.pt2")
         with open(path, "wb") as f:
             f.write(data)
-        released = open_released(Path(path), Path(private))
-        if released is not None:
-            return released
         aoti = getattr(torch._C, "_aoti", None)
         loader_type = getattr(aoti, "AOTIModelPackageLoader", None)
         if loader_type is not None:  # the loader itself: torch._inductor's wrapper costs a second of imports
