@@ -30,10 +30,10 @@ class _Stop(Exception):
     pass
 
 
-@pytest.mark.parametrize("name, minutes, threads", [("ensemble", "0.0416667", False),
+@pytest.mark.parametrize("name, hours, threads", [("ensemble", "0.0416667", False),
                                                     ("ensemble_side_by_side", "0.0833333", True),
                                                     ("quickstart", "0.0833333", False)])
-def test_an_ensembles_two_models_share_the_time_or_the_cores(tmp_path, monkeypatch, name, minutes, threads):
+def test_an_ensembles_two_models_share_the_time_or_the_cores(tmp_path, monkeypatch, name, hours, threads):
     """5 minutes: an ensemble trains two models (seeds 1 and 2) for half of it each, one after the other on every
     core, or side by side for all of it on half the cores each; another candidate one model for all of it."""
     commands: list[str] = []
@@ -51,7 +51,7 @@ def test_an_ensembles_two_models_share_the_time_or_the_cores(tmp_path, monkeypat
     with pytest.raises(_Stop):
         search.run_candidate(job, name, ["1.0"])
     commands.sort(key=lambda c: "--seed 2" in c)
-    assert all(f"--stop-time-hours {minutes}" in c for c in commands) and "--seed 1" in commands[0]
+    assert all(f"--stop-time-hours {hours}" in c for c in commands) and "--seed 1" in commands[0]
     assert len(commands) == models and all("--seed 2" in c for c in commands[1:])
     assert all(("--num-threads" in c) == threads for c in commands)
 

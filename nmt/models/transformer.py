@@ -38,7 +38,7 @@ class Embedder(nn.Module):
     keep the expectation: the model learns to translate around words it did not see."""
 
     def __init__(self, embed_tokens: nn.Embedding, positional: PositionalBase, dropout: float, scale: bool,
-                 word_dropout: float = 0.0):
+                 word_dropout: float):
         super().__init__()
         self.embed_tokens = embed_tokens
         self.positional = positional
