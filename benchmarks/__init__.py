@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse  # the benchmarks are scripts, not nmt commands: no config dataclasses
 import importlib.util
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -178,6 +179,30 @@ def fairseq_venv(path: str | None, tool: str = "fairseq-train") -> Path | None:
             raise UsageError(f"--fairseq-venv {venv}: no bin/{tool} there; ../shared/tools/peer_fairseq.sh install")
         return venv
     return FAIRSEQ_VENV if (FAIRSEQ_VENV / "bin" / tool).exists() else None
+
+
+def add_fairseq_venv_argument(ap: argparse.ArgumentParser, when: str = "") -> None:
+    """``--fairseq-venv``, read by :func:`fairseq_venv`; ``when`` adds when fairseq runs at all."""
+    ap.add_argument("--fairseq-venv", help="fairseq 0.12's venv (../shared/tools/peer_fairseq.sh install) [default: "
+                    f"~/.cache/nmt-peer/fairseq-venv when it is there; else fairseq's side is skipped{when}]")
+
+
+def fairseq_env(threads: int | None = None) -> dict[str, str]:
+    """The environment fairseq 0.12 runs in (and the nmt commands beside it, alike): torch's weights-only loading off,
+    since fairseq's checkpoints pickle an argparse.Namespace; ``threads`` for every tool's OpenMP and MKL."""
+    env = dict(os.environ, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
+    if threads:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    return env
+
+
+def fairseq_skipped(tool: str, peer: Path | None, venv: Path | None) -> str | None:
+    """Why ``tool`` of fairseq does not run (None when it does): fairseq runs only the peer's model, from its venv."""
+    if peer is None:
+        return f"{tool} (it runs --peer's fairseq model, not --path)"
+    if venv is None:
+        return f"{tool} (no venv: --fairseq-venv; ../shared/tools/peer_fairseq.sh install)"
+    return None
 
 
 def has_ctranslate2() -> bool:

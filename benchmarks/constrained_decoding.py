@@ -25,7 +25,6 @@ saying so, when absent).
 from __future__ import annotations
 
 import argparse  # a benchmark script, not an nmt command: no config dataclass needed
-import os
 import random
 import re
 import subprocess
@@ -35,7 +34,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import MULTI30K, add_model_arguments, existing, fairseq_venv, model_inputs, nmt_command
+from benchmarks import (
+    MULTI30K,
+    add_fairseq_venv_argument,
+    add_model_arguments,
+    existing,
+    fairseq_env,
+    fairseq_skipped,
+    fairseq_venv,
+    model_inputs,
+    nmt_command,
+)
 from nmt.errors import NmtError, UsageError
 
 NMT_SPEED = re.compile(r"translated ([\d,]+) sentences .* in ([\d.]+)s \(([\d.]+) sentences/s")
@@ -167,8 +176,7 @@ def main(argv: list[str]) -> str:
     ap.add_argument("--threads", type=int, default=None, help="torch threads for all (default: torch's)")
     ap.add_argument("--show", type=int, default=0, help="print up to N outputs of each constrained run that are "
                                                         "degenerate or miss a term as a whole word [default: 0]")
-    ap.add_argument("--fairseq-venv", help="fairseq 0.12's venv (../shared/tools/peer_fairseq.sh install) [default: "
-                    "~/.cache/nmt-peer/fairseq-venv when it is there; with --peer only]")
+    add_fairseq_venv_argument(ap, "; with --peer only")
     args = ap.parse_args(argv)
     if not 1 <= args.max_terms <= 10 or args.min_chars < 1 or args.repeats < 1:
         raise UsageError("--max-terms in 1..10, --min-chars and --repeats at least 1")
@@ -182,10 +190,8 @@ def main(argv: list[str]) -> str:
                            len(sources))
     if len(references) != len(sources):
         raise UsageError(f"--reference {args.reference}: {len(references)} lines for {len(sources)} sources")
-    env = dict(os.environ, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")  # fairseq 0.12 pickles argparse.Namespace
+    env = fairseq_env(args.threads)
     threads = ["--threads", str(args.threads)] if args.threads else []
-    if args.threads:
-        env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     with tempfile.TemporaryDirectory(prefix="nmt_constrained_") as tmp:
         work = Path(tmp)
         data, model, peer = model_inputs(args.data, args.path, args.peer, work)
@@ -219,15 +225,12 @@ def main(argv: list[str]) -> str:
         constrained.write_text("".join("\t".join([s, *t]) + "\n" for s, t in zip(sources, terms)), encoding="utf-8")
         tools: dict[str, list[str]] = {"nmt": nmt_cmd(plain),
                                        "nmt constrained": nmt_cmd(constrained, "--constraints", args.mode)}
-        skipped = ""
+        fairseq_off = fairseq_skipped("fairseq-interactive", peer, venv)
+        skipped = f"; skipped: {fairseq_off}" if fairseq_off else ""
         if venv is not None:
             tools["fairseq"] = fairseq_cmd(plain)
             tools["fairseq constrained"] = fairseq_cmd(constrained, "--constraints", args.mode)
             runs.update({"fairseq": Run(), "fairseq constrained": Run()})
-        else:
-            skipped = ("; skipped: fairseq-interactive (it runs --peer's fairseq model, not --path)" if peer is None
-                       else "; skipped: fairseq-interactive (no venv: --fairseq-venv; "
-                            "../shared/tools/peer_fairseq.sh install)")
         runs["nmt"].speeds.clear()  # the first run chose the terms; the timed ones take turns below
         for _ in range(args.repeats):
             for name, cmd in tools.items():

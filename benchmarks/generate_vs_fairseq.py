@@ -30,7 +30,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks import add_model_arguments, bpe_source, fairseq_venv, has_ctranslate2, model_inputs, nmt_command
+from benchmarks import (
+    add_fairseq_venv_argument,
+    add_model_arguments,
+    bpe_source,
+    fairseq_env,
+    fairseq_skipped,
+    fairseq_venv,
+    has_ctranslate2,
+    model_inputs,
+    nmt_command,
+)
 from benchmarks.measure_process import Measured, measure
 from nmt.errors import NmtError
 
@@ -123,8 +133,7 @@ def main(argv: list[str]) -> str:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(ap, "; fairseq-generate runs it as it is")
     ap.add_argument("--split", default="test", help="the split to translate [default: %(default)s]")
-    ap.add_argument("--fairseq-venv", help="fairseq 0.12's venv (../shared/tools/peer_fairseq.sh install) [default: "
-                    "~/.cache/nmt-peer/fairseq-venv when it is there; with --peer only]")
+    add_fairseq_venv_argument(ap, "; with --peer only")
     ap.add_argument("--beams", default="5,1")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=128)
@@ -140,18 +149,13 @@ def main(argv: list[str]) -> str:
     if unknown:
         ap.error(f"--precisions: {', '.join(sorted(unknown))} is not one of {', '.join(PRECISIONS)}")
 
-    env = dict(os.environ, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")  # fairseq 0.12 pickles argparse.Namespace
-    if args.threads:
-        env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    env = fairseq_env(args.threads)
     with tempfile.TemporaryDirectory(prefix="nmt_vs_fairseq_") as tmp:
         work = Path(tmp)
         data, model, peer = model_inputs(args.data, args.path, args.peer, work)
         venv = fairseq_venv(args.fairseq_venv, "fairseq-generate") if peer is not None else None
-        skipped = []
-        if peer is None:
-            skipped.append("fairseq-generate (it runs --peer's fairseq model, not --path)")
-        elif venv is None:
-            skipped.append("fairseq-generate (no venv: --fairseq-venv; ../shared/tools/peer_fairseq.sh install)")
+        fairseq_off = fairseq_skipped("fairseq-generate", peer, venv)
+        skipped = [fairseq_off] if fairseq_off else []
         ct2 = None
         if has_ctranslate2():
             folder, suppress = ctranslate2_export(model, data, work)

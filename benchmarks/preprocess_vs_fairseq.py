@@ -32,7 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks import existing, fairseq_venv
+from benchmarks import add_fairseq_venv_argument, existing, fairseq_venv
 from benchmarks.measure_process import Measured, measure
 from nmt.errors import UsageError
 
@@ -129,8 +129,7 @@ def main(argv: list[str]) -> str:
     ap.add_argument("--target-lang", default="de")
     ap.add_argument("--work", help="folder for both tools' outputs, kept (needs ~4x the corpus) [default: a "
                     "temporary folder, removed]")
-    ap.add_argument("--fairseq-venv", help="fairseq 0.12's venv (../shared/tools/peer_fairseq.sh install) [default: "
-                    "~/.cache/nmt-peer/fairseq-venv when it is there; else fairseq's side is skipped]")
+    add_fairseq_venv_argument(ap)
     ap.add_argument("--merges", type=int, default=10000)
     ap.add_argument("--repeats", type=int, default=3, help="runs of nmt's binarizing alone (the median is shown)")
     ap.add_argument("--only", choices=("nmt", "fairseq"))

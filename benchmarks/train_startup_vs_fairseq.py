@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks import data_bin, existing, fairseq_venv
+from benchmarks import add_fairseq_venv_argument, data_bin, existing, fairseq_env, fairseq_venv
 from benchmarks.measure_process import peak_tree_rss
 from nmt.errors import NmtError
 
@@ -90,8 +90,7 @@ def main(argv: list[str]) -> str:
     ap.add_argument("--nmt-data", required=True, help="nmt's data-bin (preprocess_vs_fairseq's W/nmt-bin)")
     ap.add_argument("--fairseq-data", help="fairseq's data-bin of the same text (preprocess_vs_fairseq's "
                     "W/fairseq-bin); without it, only nmt-train runs")
-    ap.add_argument("--fairseq-venv", help="fairseq 0.12's venv (../shared/tools/peer_fairseq.sh install) [default: "
-                    "~/.cache/nmt-peer/fairseq-venv when it is there]")
+    add_fairseq_venv_argument(ap)
     ap.add_argument("--repeats", type=int, default=2)
     add_shape_arguments(ap)
     args = ap.parse_args(argv)
@@ -112,7 +111,7 @@ def main(argv: list[str]) -> str:
             tools["fairseq"] = ([str(venv / "bin" / "fairseq-train"), str(fairseq_data), "--arch", "transformer",
                                  *shape, "--cpu", "--log-format", "simple", "--save-dir", f"{tmp}/fairseq",
                                  "--no-save", "--disable-validation"],
-                                {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"})
+                                fairseq_env())
         for _ in range(args.repeats):  # taking turns: a noisy machine hits every runner alike
             for name, (cmd, env) in tools.items():
                 ready, first, mb = until_first_update(cmd, env, READY[name])

@@ -31,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks import data_bin, existing, fairseq_venv
+from benchmarks import add_fairseq_venv_argument, data_bin, existing, fairseq_env, fairseq_venv
 from benchmarks.measure_process import peak_tree_rss
 from benchmarks.train_startup_vs_fairseq import add_shape_arguments, reference_shape
 from nmt.errors import NmtError
@@ -71,8 +71,7 @@ def main(argv: list[str]) -> str:
                     "nmt data-bin when fairseq does not run)")
     ap.add_argument("--fairseq-data", help="fairseq's data-bin [default: ~/.cache/nmt-peer/data-bin/m30k, "
                     "peer_fairseq.sh prep's, when it is there]")
-    ap.add_argument("--fairseq-venv", help="fairseq 0.12's venv (../shared/tools/peer_fairseq.sh install) [default: "
-                    "~/.cache/nmt-peer/fairseq-venv when it is there]")
+    add_fairseq_venv_argument(ap)
     ap.add_argument("--updates", type=int, default=60)
     ap.add_argument("--log-interval", type=int, default=10, help="updates per logged wps (the first interval is "
                     "start-up, not counted)")
@@ -98,7 +97,7 @@ def main(argv: list[str]) -> str:
                                  str(existing(fairseq_data, "--fairseq-data", "peer_fairseq.sh prep writes it")),
                                  "--arch", "transformer", *common, "--cpu", "--log-format", "simple",
                                  "--save-dir", f"{tmp}/fairseq", "--no-save", "--disable-validation"],
-                                {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"})
+                                fairseq_env())
         for name, words in variants.items():
             env = dict(os.environ)  # leading KEY=VALUE words set environment variables
             flags = words.split()

@@ -20,6 +20,12 @@ def cosine(period_updates: int) -> tuple[str, ...]:
     return ("--lr-scheduler", "cosine", "--lr-period-updates", str(period_updates))
 
 
+def width(d_model: int) -> tuple[str, ...]:
+    """Both sides' model width ``d_model`` with their FFNs at four times it (the paper's ratio)."""
+    return ("--encoder-embed-dim", str(d_model), "--decoder-embed-dim", str(d_model),
+            "--encoder-ffn-embed-dim", str(4 * d_model), "--decoder-ffn-embed-dim", str(4 * d_model))
+
+
 LS_0_2 = ("--label-smoothing", "0.2")
 # the cosine's periods: a 2-core CPU without AMX makes about 7,300 (3,600) updates of QUICKSTART_CPU in 30 (15)
 # minutes, one with AMX about 9,300 in 30, where a cosine ending at 7,300 would leave the last fifth of the budget at
@@ -85,6 +91,10 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "multi30k_cpu_wsd_word_dropout_0.1": (*MULTI30K_CPU, "--lr-scheduler", "wsd", "--word-dropout", "0.1"),
     # a shorter warmup: 500 updates are a seventh of a 15-minute run on a CPU without AMX
     "multi30k_cpu_wsd_warmup_250": (*MULTI30K_CPU, "--lr-scheduler", "wsd", "--warmup-updates", "250"),
+    # narrower models (issue 62: width for tokens per second on 2 cores): fewer FLOPs per token, so more updates in
+    # the same minutes; the heads and the FFN's 4x kept
+    "multi30k_cpu_wsd_d192": (*MULTI30K_CPU, "--lr-scheduler", "wsd", *width(192)),
+    "multi30k_cpu_wsd_d128": (*MULTI30K_CPU, "--lr-scheduler", "wsd", *width(128)),
     "pre_norm_lr_2e-3_tokens_1024_dropout_0.1": (*PRE_NORM_LR_2E3, *TOKENS_1024, "--dropout", "0.1"),
     "learned_positions": ("--positional", "learned"),
     "dropout_0.2": ("--dropout", "0.2"),
