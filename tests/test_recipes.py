@@ -31,8 +31,8 @@ class _Stop(Exception):
 
 
 @pytest.mark.parametrize("name, hours, threads", [("ensemble", "0.0416667", False),
-                                                    ("ensemble_side_by_side", "0.0833333", True),
-                                                    ("quickstart", "0.0833333", False)])
+                                                  ("ensemble_side_by_side", "0.0833333", True),
+                                                  ("quickstart", "0.0833333", False)])
 def test_an_ensembles_two_models_share_the_time_or_the_cores(tmp_path, monkeypatch, name, hours, threads):
     """5 minutes: an ensemble trains two models (seeds 1 and 2) for half of it each, one after the other on every
     core, or side by side for all of it on half the cores each; another candidate one model for all of it."""
