@@ -2,7 +2,7 @@
 # The main job, end to end on Multi30k en-de, on a CPU:
 #   1 prepare     raw text (downloaded, or copied from --from DIR / NMT_MULTI30K_DIR)
 #   2 preprocess  Moses tokenization, joint BPE (10k merges), one joined dictionary
-#   3 train       3+3 layers, d_model 256, 4 heads, d_ff 1024 (examples/multi30k_cpu.yaml), for --minutes
+#   3 train       3+3 layers, d_model 192, 4 heads, d_ff 768 (examples/multi30k_cpu.yaml), for --minutes
 #   4 average     the checkpoints of the budget's last 4%; kept only if its valid loss beats checkpoint_best's
 #   5 translate   test_2016_flickr with beam 5: detokenized sacreBLEU and chrF2, and BLEU on the papers'
 #                 scale (lowercased, Moses-tokenized) printed (+ attention heatmaps)

@@ -38,7 +38,8 @@ BEST_30MIN_AMX = (*QUICKSTART_CPU, *COSINE_30MIN_AMX, *LS_0_2)
 RELATIVE = ("--attention", "relative", "--max-relative-position", "16", "--positional", "none")
 # the quickstart's recipe since 2026-11-28 (examples/multi30k_cpu.yaml) as flags on the reference recipe
 MULTI30K_CPU = (*QUICKSTART_CPU, *LS_0_2, *RELATIVE)
-# ... with the warmup-stable-decay schedule it has had since (the base of issue 62's candidates)
+# ... with the warmup-stable-decay schedule it has had since (the base of issue 62's candidates; d_model 256, where
+# the recipe now has 192: multi30k_cpu_wsd_d192 below)
 MULTI30K_CPU_WSD = (*MULTI30K_CPU, "--lr-scheduler", "wsd")
 # name -> the flags that change the reference recipe (the ensembles: two models, see ENSEMBLES)
 CANDIDATES: dict[str, tuple[str, ...]] = {
@@ -94,7 +95,8 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "multi30k_cpu_wsd_warmup_250": (*MULTI30K_CPU_WSD, "--warmup-updates", "250"),
     # narrower models (issue 62: width for tokens per second on 2 cores): fewer FLOPs per token, so more updates in
     # the same minutes; the heads and the FFN's 4x kept (d192: +0.9 valid BLEU over two seeds at 15 minutes' worth
-    # of updates; the README's "15 minutes' worth of updates" section)
+    # of updates; the README's "15 minutes' worth of updates" section); d192 is examples/multi30k_cpu.yaml since a
+    # fresh-clone quickstart confirmed it (the README's "from a fresh clone" section)
     "multi30k_cpu_wsd_d192": (*MULTI30K_CPU_WSD, *width(192)),
     "multi30k_cpu_wsd_d128": (*MULTI30K_CPU_WSD, *width(128)),
     "pre_norm_lr_2e-3_tokens_1024_dropout_0.1": (*PRE_NORM_LR_2E3, *TOKENS_1024, "--dropout", "0.1"),
