@@ -38,9 +38,10 @@ BEST_30MIN_AMX = (*QUICKSTART_CPU, *COSINE_30MIN_AMX, *LS_0_2)
 RELATIVE = ("--attention", "relative", "--max-relative-position", "16", "--positional", "none")
 # the quickstart's recipe since 2026-11-28 (examples/multi30k_cpu.yaml) as flags on the reference recipe
 MULTI30K_CPU = (*QUICKSTART_CPU, *LS_0_2, *RELATIVE)
-# ... with the warmup-stable-decay schedule it has had since (the base of issue 62's candidates; d_model 256, where
-# the recipe now has 192: multi30k_cpu_wsd_d192 below)
+# ... with the warmup-stable-decay schedule it has had since (the base of issue 62's candidates; d_model 256)
 MULTI30K_CPU_WSD = (*MULTI30K_CPU, "--lr-scheduler", "wsd")
+# ... and d_model 192: examples/multi30k_cpu.yaml as flags since a fresh-clone quickstart confirmed the width
+MULTI30K_CPU_D192 = (*MULTI30K_CPU_WSD, *width(192))
 # name -> the flags that change the reference recipe (the ensembles: two models, see ENSEMBLES)
 CANDIDATES: dict[str, tuple[str, ...]] = {
     "quickstart": (),
@@ -97,11 +98,11 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     # the same minutes; the heads and the FFN's 4x kept (d192: +0.9 valid BLEU over two seeds at 15 minutes' worth
     # of updates; the README's "15 minutes' worth of updates" section); d192 is examples/multi30k_cpu.yaml since a
     # fresh-clone quickstart confirmed it (the README's "from a fresh clone" section)
-    "multi30k_cpu_wsd_d192": (*MULTI30K_CPU_WSD, *width(192)),
+    "multi30k_cpu_wsd_d192": MULTI30K_CPU_D192,
     "multi30k_cpu_wsd_d128": (*MULTI30K_CPU_WSD, *width(128)),
     # on a CPU that makes 18,000 updates of d192 in 30 minutes the second 15 minutes brought nothing, the valid loss
     # flat while the rate was held at its peak (the README's "from a fresh clone" section): more dropout at 30 minutes
-    "multi30k_cpu_wsd_d192_dropout_0.3": (*MULTI30K_CPU_WSD, *width(192), "--dropout", "0.3"),
+    "multi30k_cpu_wsd_d192_dropout_0.3": (*MULTI30K_CPU_D192, "--dropout", "0.3"),
     "pre_norm_lr_2e-3_tokens_1024_dropout_0.1": (*PRE_NORM_LR_2E3, *TOKENS_1024, "--dropout", "0.1"),
     "learned_positions": ("--positional", "learned"),
     "dropout_0.2": ("--dropout", "0.2"),
