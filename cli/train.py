@@ -52,6 +52,7 @@ LIST_PLUGINS = click.Option(["--list-plugins"], is_flag=True, default=False, is_
 
 def run(cfg: TrainJob, list_plugins: bool = False) -> None:
     from nmt.training.budget import check_budget
+    from nmt.training.dropout_schedule import check_dropout_schedule
     from nmt.training.loop import train
     from nmt.training.validation_bleu import eval_bleu_options
 
@@ -60,6 +61,7 @@ def run(cfg: TrainJob, list_plugins: bool = False) -> None:
                          "e.g. nmt-train data-bin/multi30k_en_de")
     eval_bleu_options(cfg)  # a wrong --eval-bleu option stops the run before anything is written
     check_budget(cfg)  # likewise a schedule that follows a budget, or --save-at-progress, without one
+    check_dropout_schedule(cfg.model)
     train(cfg)
 
 

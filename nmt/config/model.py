@@ -56,6 +56,12 @@ class ModelConfig:
     no_scale_embedding: bool = opt(False, "Do not multiply token embeddings by sqrt(d_model).", group=GROUP)
     dropout: float = opt(0.1, "Dropout on embeddings, sub-layer outputs (before the residual add).", low=0, high=1,
                          high_open=True, group=GROUP)
+    dropout_final: Optional[float] = opt(None, "Training: raise --dropout linearly to this rate between the epochs of "
+                                         "--dropout-rise-epochs, for a model that will see the data many times "
+                                         "(docs/training.md); default: --dropout throughout.", low=0, high=1,
+                                         high_open=True, group=GROUP)
+    dropout_rise_epochs: str = opt("10,30", "A,B: with --dropout-final, the rate is --dropout up to epoch A and "
+                                   "--dropout-final from epoch B on, linear between.", group=GROUP)
     attention_dropout: float = opt(0.0, "Dropout on attention weights.", low=0, high=1, high_open=True, group=GROUP)
     attention_key_dim: Optional[int] = opt(None, "Per-head size d_k of attention queries and keys (Table 3 row B); "
                                            "values keep d_model / heads. Default: d_model / heads.", low=1,

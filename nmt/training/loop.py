@@ -35,6 +35,7 @@ from nmt.plugin_loader import load_plugins
 from nmt.training import distributed, preemption
 from nmt.training.budget import TrainingClock, check_budget
 from nmt.training.distributed import DistributedContext
+from nmt.training.dropout_schedule import check_dropout_schedule, dropout_at, set_dropout
 from nmt.training.job_setup import TrainData, build_model_and_criterion, load_data, train_iterator, valid_iterator
 from nmt.training.metrics import UpdateMeter, ValidMeter
 from nmt.training.precision import TrainingDiverged
@@ -81,6 +82,8 @@ class TrainingRun:
         self.clock = TrainingClock()  # restarted when the run starts, from the time trained before (train_time)
         self.trainer.training_seconds = self.elapsed
         self.save_points = check_budget(cfg)  # --save-at-progress: shares of the budget to save a checkpoint at
+        check_dropout_schedule(cfg.model)
+        self.dropout = float(cfg.model.dropout)  # the --dropout modules' rate (--dropout-final: set per epoch)
         self.points_passed = 0.0  # the progress up to which they are saved (or were, before a resume)
         self.points_due: list[float] = []  # reached, to be saved with the next checkpoint
         self.bleu = ValidationBleu.create(cfg, self.data.src_dict, self.data.tgt_dict, ctx, self.log.info)
@@ -280,12 +283,21 @@ class TrainingRun:
         self.log.close()
         return summary
 
+    def _set_dropout(self, epoch: int) -> None:
+        """--dropout-final: this epoch's rate (a function of its number, so a resumed epoch has it too)."""
+        rate = dropout_at(self.cfg.model, epoch)
+        if rate != self.dropout:
+            set_dropout(self.trainer.model, rate)
+            self.dropout = rate
+            self.log.info(f"epoch {epoch:03d}: dropout {rate:.4g} (--dropout-final)")
+
     def _train_epoch(self) -> tuple[str | None, dict[str, Any]]:
         """The rest of the current epoch (or the next one): (why to stop or None, the epoch's figures)."""
         cfg, t = self.cfg, self.trainer
         task, opt = cfg.task, cfg.optimization
         batches = self.train_itr.next_epoch_itr()
         epoch = self.train_itr.epoch
+        self._set_dropout(epoch)
         total = -(-len(self.train_itr) // opt.update_freq)  # updates in a whole epoch
         done = self.train_itr.offset // opt.update_freq
         if done == 0:  # a new epoch (a resumed one keeps the figures of its first part)
