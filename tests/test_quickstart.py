@@ -64,6 +64,7 @@ def test_quickstart_end_to_end_then_rerun_reuses_everything(tmp_path):
     assert "valid on 'valid' subset" in first.stdout  # both candidates scored by nmt-validate
     results = save / "test" / "generate-test.txt"
     assert "Generate test with beam=5: BLEU = " in results.read_text()
+    assert " --gen-subset test --beam 5 " in (save / "test" / "quickstart_generate.done").read_text()
     assert "bleu_lc_tok signature: bleu_lc_tok|lc|punct-norm:de|moses-tok-a:de|" in results.read_text()
     last = first.stdout.splitlines()[-3:]  # detokenized sacreBLEU and chrF2, then the papers' lowercased tokenized BLEU
     assert "BLEU = " in last[0] and "chrF2 = " in last[1] and "BLEU (lc-tok) = " in last[2]
