@@ -16,7 +16,7 @@ from nmt.cpu_speed import swap_layers
 from nmt.errors import ConfigError
 from nmt.models import build_model
 from nmt.plugin_loader import load_plugins
-from nmt.training.dropout_schedule import check_dropout_schedule, dropout_at, set_dropout
+from nmt.training.dropout_schedule import check_dropout_schedule, check_model_has_dropout, dropout_at, set_dropout
 from train_toy_data import TINY_MODEL, call_train, make_toy_task, run_train
 
 load_plugins()
@@ -54,6 +54,17 @@ def test_only_the_dropout_modules_change(cpu_forms):
         if isinstance(module, nn.Dropout):
             assert module.p == (0.4 if name.endswith(".dropout") else before[name]), name
     assert {before[name] for name in before if not name.endswith(".dropout")} == {0.05, 0.07, 0.02}
+
+
+def test_a_model_without_dropout_modules_is_refused():
+    rising = ModelConfig(dropout_final=0.3)
+    check_model_has_dropout(build_model({"encoder_embed_dim": 16, "decoder_embed_dim": 16, "encoder_layers": 1,
+                                         "decoder_layers": 1, "encoder_ffn_embed_dim": 32,
+                                         "decoder_ffn_embed_dim": 32, "encoder_attention_heads": 2,
+                                         "decoder_attention_heads": 2}, FakeDict(24), FakeDict(24)), rising)
+    with pytest.raises(ConfigError, match="--dropout-final: architecture transformer_base has no --dropout modules"):
+        check_model_has_dropout(nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.1)), rising)
+    check_model_has_dropout(nn.Linear(2, 2), ModelConfig())  # nothing to check without --dropout-final
 
 
 # ---------------------------------------------------------------------------------------------- through nmt-train

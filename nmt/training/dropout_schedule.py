@@ -49,12 +49,22 @@ def dropout_at(cfg: ModelConfig, epoch: int) -> float:
     return float(cfg.dropout) + share * (float(cfg.dropout_final) - float(cfg.dropout))
 
 
+def dropout_modules(model: nn.Module) -> list[nn.Dropout]:
+    """The ``--dropout`` modules of ``model``: its ``nn.Dropout`` attributes named ``dropout``."""
+    return [module for name, module in model.named_modules()
+            if name.rsplit(".", 1)[-1] == "dropout" and isinstance(module, nn.Dropout)]
+
+
+def check_model_has_dropout(model: nn.Module, cfg: ModelConfig) -> None:
+    """With ``--dropout-final``, refuse a model (an architecture plugin's) with no module it could act on."""
+    if cfg.dropout_final is not None and not dropout_modules(model):
+        raise ConfigError(f"--dropout-final: architecture {cfg.arch['name']} has no --dropout modules (nn.Dropout "
+                          "attributes named 'dropout') to follow it; drop --dropout-final")
+
+
 def set_dropout(model: nn.Module, rate: float) -> int:
-    """Give every ``--dropout`` module of ``model`` (an ``nn.Dropout`` attribute named ``dropout``) the rate
-    ``rate``; returns how many there are."""
-    found = 0
-    for name, module in model.named_modules():
-        if name.rsplit(".", 1)[-1] == "dropout" and isinstance(module, nn.Dropout):
-            module.p = rate
-            found += 1
-    return found
+    """Give every ``--dropout`` module of ``model`` the rate ``rate``; returns how many there are."""
+    modules = dropout_modules(model)
+    for module in modules:
+        module.p = rate
+    return len(modules)

@@ -35,7 +35,7 @@ from nmt.plugin_loader import load_plugins
 from nmt.training import distributed, preemption
 from nmt.training.budget import TrainingClock, check_budget
 from nmt.training.distributed import DistributedContext
-from nmt.training.dropout_schedule import check_dropout_schedule, dropout_at, set_dropout
+from nmt.training.dropout_schedule import check_dropout_schedule, check_model_has_dropout, dropout_at, set_dropout
 from nmt.training.job_setup import TrainData, build_model_and_criterion, load_data, train_iterator, valid_iterator
 from nmt.training.metrics import UpdateMeter, ValidMeter
 from nmt.training.precision import TrainingDiverged
@@ -83,6 +83,7 @@ class TrainingRun:
         self.trainer.training_seconds = self.elapsed
         self.save_points = check_budget(cfg)  # --save-at-progress: shares of the budget to save a checkpoint at
         check_dropout_schedule(cfg.model)
+        check_model_has_dropout(model, cfg.model)
         self.dropout = float(cfg.model.dropout)  # the --dropout modules' rate (--dropout-final: set per epoch)
         self.points_passed = 0.0  # the progress up to which they are saved (or were, before a resume)
         self.points_due: list[float] = []  # reached, to be saved with the next checkpoint
