@@ -41,6 +41,7 @@ HOURS=$(awk -v m="$MINUTES" 'BEGIN { printf "%.6g", m / 60 }')
 # the shares of the training budget at which the checkpoints that may be averaged are taken (the same on any CPU)
 AVERAGE_AT=0.96,0.97,0.98,0.99,1
 step() { echo; echo "== $1 ($(date +%H:%M:%S))"; }
+done_by() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }   # marker file $1 names the finished command $2
 
 step "1/6 prepare Multi30k into $RAW"
 nmt-prepare multi30k --dest "$RAW" "${FROM[@]}"
@@ -65,7 +66,7 @@ TRAIN=(nmt-train "$BIN" --config "$RECIPE" "${PRECISION[@]}"
 DONE="$SAVE/quickstart_train.done"   # names the finished training run ($RUN below)
 step "3/6 train for $MINUTES minutes into $SAVE"
 RUN="${TRAIN[*]} # recipe $(cksum < "$RECIPE")"   # what a finished run is recognised by: command and recipe
-if [ -f "$DONE" ] && [ "$(cat "$DONE")" = "$RUN" ]; then
+if done_by "$DONE" "$RUN"; then
   echo "quickstart: training already finished ($DONE); delete it or change --minutes to train again"
 else
   [ -f "$SAVE/checkpoint_last.pt" ] && echo "quickstart: resuming from $SAVE/checkpoint_last.pt"
@@ -119,8 +120,7 @@ GENERATE=(nmt-generate "$BIN" --path "$CHOSEN" --gen-subset test --beam 5 --max-
   "${PRECISION[@]}" --max-tokens 4096 --results-path "$RESULTS" --scoring bleu_lc_tok "${ATTN[@]}")
 TRANSLATED="$RESULTS/quickstart_generate.done"   # the command that wrote generate-test.txt
 if [ -f "$RESULTS/generate-test.txt" ] && [ "$RESULTS/generate-test.txt" -nt "$CHOSEN_FILE" ] \
-   && [ "$RESULTS/generate-test.txt" -nt "$CHOSEN" ] && [ -f "$TRANSLATED" ] \
-   && [ "$(cat "$TRANSLATED")" = "${GENERATE[*]}" ]; then
+   && [ "$RESULTS/generate-test.txt" -nt "$CHOSEN" ] && done_by "$TRANSLATED" "${GENERATE[*]}"; then
   echo "quickstart: reusing $RESULTS/generate-test.txt"
   grep -E "^(Generate test|[A-Za-z_]+( chrF)? signature:)" "$RESULTS/generate-test.txt"
 else
