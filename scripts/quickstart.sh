@@ -9,32 +9,46 @@
 #   6 plot        loss / perplexity / learning rate curves of the run
 # A rerun reuses finished steps; an interrupted training resumes from checkpoint_last.pt.
 # Usage (from the repository root):
-#   scripts/quickstart.sh [--from DIR] [--minutes N] [--save-dir DIR] [-- EXTRA nmt-train FLAGS]
+#   scripts/quickstart.sh [--from DIR] [--minutes N] [--models N] [--save-dir DIR] [-- EXTRA nmt-train FLAGS]
 #   --from DIR      local copy of the Multi30k task1 raw files (train.en.gz, val.en.gz, ...)
 #   --minutes N     training time in minutes (default 15; fractions allowed)
+#   --models N      models trained side by side (seeds 1..N, the cores shared) that translate as an ensemble
+#                   (default 2; 1: one model on all the cores, in --save-dir itself)
 #   --save-dir DIR  checkpoints, logs, translations and plots (default checkpoints/multi30k_en_de)
 #   after --        flags appended to nmt-train's (later flags win), e.g. -- --encoder-layers 6
 set -euo pipefail
 FROM=()
 MINUTES=15
+MODELS=2
 SAVE=checkpoints/multi30k_en_de
 EXTRA=()
-usage="usage: scripts/quickstart.sh [--from DIR] [--minutes N] [--save-dir DIR] [-- NMT_TRAIN_FLAGS]"
+usage="usage: scripts/quickstart.sh [--from DIR] [--minutes N] [--models N] [--save-dir DIR] [-- NMT_TRAIN_FLAGS]"
 need() { [ "$2" -ge 2 ] || { echo "quickstart.sh: $1 needs a value ($usage)" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --from) need "$1" $#; [ -d "$2" ] || { echo "quickstart.sh: --from $2: no such folder" >&2; exit 2; }
             FROM=(--from "$(cd "$2" && pwd)"); shift 2 ;;
     --minutes) need "$1" $#; MINUTES="$2"; shift 2 ;;
+    --models) need "$1" $#; MODELS="$2"; shift 2 ;;
     --save-dir) need "$1" $#; SAVE="$2"; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "quickstart.sh: unknown argument $1 ($usage)" >&2; exit 2 ;;
   esac
 done
 if ! awk -v m="$MINUTES" 'BEGIN { exit !(m + 0 > 0 && m ~ /^[0-9]*\.?[0-9]+$/) }'; then
   echo "quickstart.sh: --minutes $MINUTES: give a positive number of minutes, e.g. --minutes 15" >&2; exit 2
 fi
+if ! [[ "$MODELS" =~ ^[1-9][0-9]*$ ]]; then
+  echo "quickstart.sh: --models $MODELS: give a whole number of models, e.g. --models 2 (or 1 for a single model)" >&2
+  exit 2
+fi
+for flag in "${EXTRA[@]}"; do
+  if [ "$MODELS" != 1 ] && [[ "$flag" == --seed || "$flag" == --seed=* ]]; then
+    echo "quickstart.sh: $flag after --: with --models $MODELS each model has its own seed (1 to $MODELS); give --models 1 to choose the seed" >&2
+    exit 2
+  fi
+done
 RAW=raw/multi30k
 BIN=data-bin/multi30k_en_de
 HOURS=$(awk -v m="$MINUTES" 'BEGIN { printf "%.6g", m / 60 }')
@@ -42,6 +56,7 @@ HOURS=$(awk -v m="$MINUTES" 'BEGIN { printf "%.6g", m / 60 }')
 AVERAGE_AT=0.96,0.97,0.98,0.99,1
 step() { echo; echo "== $1 ($(date +%H:%M:%S))"; }
 done_by() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }   # marker file $1 names the finished command $2
+newer() { [ -f "$1" ] && [ "$(ls -t "$@" 2>/dev/null | head -n 1)" = "$1" ]; }   # file $1 exists and is the newest of "$@"
 
 step "1/6 prepare Multi30k into $RAW"
 nmt-prepare multi30k --dest "$RAW" "${FROM[@]}"
@@ -60,39 +75,74 @@ if python3 -c "from nmt.hardware import bf16_is_faster; raise SystemExit(not bf1
 # The recipe: fairseq's Multi30k reference with 1,024-token batches, pre-norm, lr 2e-3 and dropout 0.2, the
 # winners on the validation set after 15 minutes on a CPU (its comments and docs/recipes.md say by how much)
 RECIPE="$(cd "$(dirname "$0")/.." && pwd)/examples/multi30k_cpu.yaml"
-TRAIN=(nmt-train "$BIN" --config "$RECIPE" "${PRECISION[@]}"
-  --stop-time-hours "$HOURS" --save-dir "$SAVE" --no-epoch-checkpoints
-  --save-at-progress "$AVERAGE_AT" --log-interval 50 "${EXTRA[@]}")
-DONE="$SAVE/quickstart_train.done"   # names the finished training run ($RUN below)
-step "3/6 train for $MINUTES minutes into $SAVE"
-RUN="${TRAIN[*]} # recipe $(cksum < "$RECIPE")"   # what a finished run is recognised by: command and recipe
-if done_by "$DONE" "$RUN"; then
-  echo "quickstart: training already finished ($DONE); delete it or change --minutes to train again"
-else
-  [ -f "$SAVE/checkpoint_last.pt" ] && echo "quickstart: resuming from $SAVE/checkpoint_last.pt"
-  "${TRAIN[@]}"
-  echo "$RUN" > "$DONE"
+# Several models (--models N) train side by side, each on its share of the cores and with its own seed, and
+# translate together as an ensemble: where one training cannot keep two cores busy, two make more updates in all
+# than one, and an ensemble of two beats either of its models (docs/recipes.md says by how much, and where not).
+CORES=$(nproc)
+THREADS=$(( CORES / MODELS > 0 ? CORES / MODELS : 1 ))
+MEMBERS=()   # the save folder of each model: SAVE itself for one, SAVE/model1 ... for several
+if [ "$MODELS" = 1 ]; then MEMBERS=("$SAVE"); else for k in $(seq 1 "$MODELS"); do MEMBERS+=("$SAVE/model$k"); done; fi
+train_command() {   # TRAIN = the nmt-train command of model $1, saving into $2
+  TRAIN=(nmt-train "$BIN" --config "$RECIPE" "${PRECISION[@]}"
+    --stop-time-hours "$HOURS" --save-dir "$2" --no-epoch-checkpoints
+    --save-at-progress "$AVERAGE_AT" --log-interval 50)
+  if [ "$MODELS" != 1 ]; then TRAIN+=(--num-threads "$THREADS" --seed "$1"); fi
+  TRAIN+=("${EXTRA[@]}")
+}
+step "3/6 train $MODELS model(s) for $MINUTES minutes into $SAVE"
+PIDS=(); PID_DIRS=(); PID_RUNS=()   # the trainings started in the background, stopped if the script stops first
+trap 'if [ ${#PIDS[@]} -gt 0 ]; then kill "${PIDS[@]}" 2>/dev/null || true; fi' EXIT
+FOREGROUND=()
+for k in $(seq "$MODELS" -1 1); do   # model 1 last, in the foreground: its progress is what the terminal shows
+  dir=${MEMBERS[$((k - 1))]}
+  train_command "$k" "$dir"
+  RUN="${TRAIN[*]} # recipe $(cksum < "$RECIPE")"   # what a finished run is recognised by: command and recipe
+  if done_by "$dir/quickstart_train.done" "$RUN"; then
+    echo "quickstart: training already finished ($dir/quickstart_train.done); delete it or change --minutes to train again"
+    continue
+  fi
+  [ -f "$dir/checkpoint_last.pt" ] && echo "quickstart: resuming from $dir/checkpoint_last.pt"
+  if [ "$k" = 1 ]; then
+    FOREGROUND=("${TRAIN[@]}"); FOREGROUND_RUN=$RUN
+  else
+    mkdir -p "$dir"
+    echo "quickstart: model $k trains beside model 1 on $THREADS core(s) (--seed $k); its log: $dir/train.log"
+    "${TRAIN[@]}" > "$dir/train.log" 2>&1 &   # stopped by the trap, nmt-train saves a checkpoint to resume from
+    PIDS+=($!); PID_DIRS+=("$dir"); PID_RUNS+=("$RUN")
+  fi
+done
+if [ ${#FOREGROUND[@]} -gt 0 ]; then
+  "${FOREGROUND[@]}"
+  echo "$FOREGROUND_RUN" > "${MEMBERS[0]}/quickstart_train.done"
 fi
+for i in "${!PIDS[@]}"; do
+  if wait "${PIDS[$i]}"; then echo "${PID_RUNS[$i]}" > "${PID_DIRS[$i]}/quickstart_train.done"; fi
+done
+PIDS=()
+for dir in "${MEMBERS[@]}"; do
+  [ -f "$dir/quickstart_train.done" ] || {
+    echo "quickstart: the training into $dir failed; its log: $dir/train.log (run the script again to resume it)" >&2
+    exit 1; }
+done
 
 step "4/6 average the checkpoints taken at $AVERAGE_AT of the budget; keep the average only if its valid loss is lower"
-BEST="$SAVE/checkpoint_best.pt"
-AVG="$SAVE/checkpoint_avg.pt"
-CHOSEN_FILE="$SAVE/quickstart_model.txt"   # the checkpoint used for translating
 valid_loss() { sed -n "s/.*| loss \([0-9.]*\) |.*$(basename "$1")\$/\1/p"; }
-if [ -f "$CHOSEN_FILE" ] && [ "$CHOSEN_FILE" -nt "$SAVE/checkpoint_last.pt" ]; then
-  echo "quickstart: reusing the choice in $CHOSEN_FILE: $(cat "$CHOSEN_FILE")"
-else
-  n=$(find "$SAVE" -maxdepth 1 -name 'checkpoint_progress_*.pt' | wc -l)
-  chosen="$BEST"
+choose_checkpoint() {   # writes $1/quickstart_model.txt: the model's average or its checkpoint_best.pt
+  local dir=$1 best=$1/checkpoint_best.pt avg=$1/checkpoint_avg.pt file=$1/quickstart_model.txt n k chosen
+  if [ -f "$file" ] && [ "$file" -nt "$dir/checkpoint_last.pt" ]; then
+    echo "quickstart: reusing the choice in $file: $(cat "$file")"; return
+  fi
+  n=$(find "$dir" -maxdepth 1 -name 'checkpoint_progress_*.pt' | wc -l)
+  chosen="$best"
   if [ "$n" -ge 2 ]; then
     k=$(( n < 5 ? n : 5 ))
-    nmt-average-checkpoints --inputs "$SAVE" --num-progress-checkpoints "$k" --output "$AVG"
-    scores=$(nmt-validate "$BIN" --path "$BEST:$AVG")
+    nmt-average-checkpoints --inputs "$dir" --num-progress-checkpoints "$k" --output "$avg"
+    scores=$(nmt-validate "$BIN" --path "$best:$avg")
     echo "$scores"
-    best_loss=$(echo "$scores" | valid_loss "$BEST")
-    avg_loss=$(echo "$scores" | valid_loss "$AVG")
+    best_loss=$(echo "$scores" | valid_loss "$best")
+    avg_loss=$(echo "$scores" | valid_loss "$avg")
     if awk -v a="$avg_loss" -v b="$best_loss" 'BEGIN { exit !(a < b) }'; then
-      chosen="$AVG"
+      chosen="$avg"
       echo "quickstart: the average of the last $k checkpoints wins (valid loss $avg_loss < $best_loss)"
     else
       echo "quickstart: checkpoint_best.pt wins (valid loss $best_loss <= average's $avg_loss)"
@@ -100,14 +150,21 @@ else
   else
     echo "quickstart: fewer than 2 checkpoints at $AVERAGE_AT of the budget (the run stopped early?); using checkpoint_best.pt"
   fi
-  echo "$chosen" > "$CHOSEN_FILE"
-fi
-CHOSEN=$(cat "$CHOSEN_FILE")
+  echo "$chosen" > "$file"
+}
+CHOSEN_MODELS=()
+for dir in "${MEMBERS[@]}"; do
+  choose_checkpoint "$dir"
+  CHOSEN_MODELS+=("$(cat "$dir/quickstart_model.txt")")
+done
+CHOSEN_FILE="$SAVE/quickstart_model.txt"   # what translates: one checkpoint, or the models' joined by ':' (an ensemble)
+CHOSEN=$(IFS=:; echo "${CHOSEN_MODELS[*]}")
+if [ "$MODELS" != 1 ] && ! done_by "$CHOSEN_FILE" "$CHOSEN"; then echo "$CHOSEN" > "$CHOSEN_FILE"; fi
 
 PLOTS="$SAVE/plots"
 HAVE_MPL=1
 python3 -c "import matplotlib" 2>/dev/null || HAVE_MPL=0
-step "5/6 translate test_2016_flickr with beam 5 using $(basename "$CHOSEN")"
+step "5/6 translate test_2016_flickr with beam 5 using $CHOSEN"
 RESULTS="$SAVE/test"
 ATTN=()
 if [ "$HAVE_MPL" = 1 ]; then
@@ -119,8 +176,8 @@ fi
 GENERATE=(nmt-generate "$BIN" --path "$CHOSEN" --gen-subset test --beam 5 --max-len-a 2 --max-len-b 10
   "${PRECISION[@]}" --max-tokens 4096 --results-path "$RESULTS" --scoring bleu_lc_tok "${ATTN[@]}")
 TRANSLATED="$RESULTS/quickstart_generate.done"   # the command that wrote generate-test.txt
-if [ -f "$RESULTS/generate-test.txt" ] && [ "$RESULTS/generate-test.txt" -nt "$CHOSEN_FILE" ] \
-   && [ "$RESULTS/generate-test.txt" -nt "$CHOSEN" ] && done_by "$TRANSLATED" "${GENERATE[*]}"; then
+if newer "$RESULTS/generate-test.txt" "$CHOSEN_FILE" "${CHOSEN_MODELS[@]}" \
+   && done_by "$TRANSLATED" "${GENERATE[*]}"; then
   echo "quickstart: reusing $RESULTS/generate-test.txt"
   grep -E "^(Generate test|[A-Za-z_]+( chrF)? signature:)" "$RESULTS/generate-test.txt"
 else
@@ -129,14 +186,15 @@ else
 fi
 
 step "6/6 plot the training curves"
+LOGS=(); for dir in "${MEMBERS[@]}"; do LOGS+=("$dir/train_log.jsonl"); done
 if [ "$HAVE_MPL" = 0 ]; then
   echo "quickstart: matplotlib is not installed, skipping the plots (pip install 'nmt[plot]' to get them)"
 elif ! command -v nmt-plot >/dev/null; then
   echo "quickstart: nmt-plot not found, skipping the training curves"
-elif [ -f "$PLOTS/training.png" ] && [ "$PLOTS/training.png" -nt "$SAVE/train_log.jsonl" ]; then
+elif newer "$PLOTS/training.png" "${LOGS[@]}"; then
   echo "quickstart: reusing $PLOTS/training.png"
 else
-  nmt-plot "$SAVE" --output "$PLOTS/training.png"
+  nmt-plot "${LOGS[@]}" --output "$PLOTS/training.png"   # several models: one curve each
 fi
 
 echo

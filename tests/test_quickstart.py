@@ -53,31 +53,47 @@ def test_quickstart_end_to_end_then_rerun_reuses_everything(tmp_path):
     for n in range(1, 7):
         assert f"== {n}/6 " in first.stdout
     save = work / "checkpoints" / "multi30k_en_de"
-    assert (save / "checkpoint_best.pt").is_file() and (save / "train_log.jsonl").is_file()
-    cfg = OmegaConf.load(save / "config.yaml")  # the recipe's values where the flags after -- leave them
+    members = [save / "model1", save / "model2"]  # the default: two models side by side, one seed each
+    for member in members:
+        assert (member / "checkpoint_best.pt").is_file() and (member / "train_log.jsonl").is_file()
+        assert len(list(member.glob("checkpoint_progress_*.pt"))) == 3  # at 0.5, 0.75 and 1 of the budget
+        assert (member / "checkpoint_avg.pt").is_file()  # ... averaged
+    seeds = [OmegaConf.load(member / "config.yaml").common.seed for member in members]
+    assert seeds == [1, 2]
+    cfg = OmegaConf.load(members[0] / "config.yaml")  # the recipe's values where the flags after -- leave them
     assert cfg.model.encoder_normalize_before and cfg.model.decoder_normalize_before and cfg.model.dropout == 0.2
     assert (cfg.optimization.lr, cfg.model.encoder_layers, cfg.task.max_tokens) == (0.002, 1, 512)
-    chosen = Path((save / "quickstart_model.txt").read_text().strip())
-    assert chosen.name in ("checkpoint_best.pt", "checkpoint_avg.pt")
-    assert (save / "checkpoint_avg.pt").is_file()  # the 3 checkpoints at 0.5, 0.75 and 1 of the budget averaged
-    assert len(list(save.glob("checkpoint_progress_*.pt"))) == 3
+    chosen = [Path(p) for p in (save / "quickstart_model.txt").read_text().strip().split(":")]
+    assert [c.parent for c in chosen] == [Path("checkpoints/multi30k_en_de/model1"),
+                                          Path("checkpoints/multi30k_en_de/model2")]
+    assert all(c.name in ("checkpoint_best.pt", "checkpoint_avg.pt") for c in chosen)
     assert "valid on 'valid' subset" in first.stdout  # both candidates scored by nmt-validate
+    assert "model 2 trains beside model 1" in first.stdout
     results = save / "test" / "generate-test.txt"
     assert "Generate test with beam=5: BLEU = " in results.read_text()
-    assert " --gen-subset test --beam 5 " in (save / "test" / "quickstart_generate.done").read_text()
+    generate = (save / "test" / "quickstart_generate.done").read_text()
+    assert " --gen-subset test --beam 5 " in generate and f" --path {':'.join(map(str, chosen))} " in generate
     assert "bleu_lc_tok signature: bleu_lc_tok|lc|punct-norm:de|moses-tok-a:de|" in results.read_text()
     last = first.stdout.splitlines()[-3:]  # detokenized sacreBLEU and chrF2, then the papers' lowercased tokenized BLEU
     assert "BLEU = " in last[0] and "chrF2 = " in last[1] and "BLEU (lc-tok) = " in last[2]
 
-    log_before = (save / "train_log.jsonl").read_text()
+    logs_before = [(member / "train_log.jsonl").read_text() for member in members]
     again = quickstart(work, *args)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "already holds Multi30k" in again.stdout
-    assert "training already finished" in again.stdout
+    assert again.stdout.count("training already finished") == 2
     for reused in ("reusing the choice", "reusing checkpoints/multi30k_en_de/test/generate-test.txt",
                    "reusing checkpoints/multi30k_en_de/plots/training.png"):
         assert reused in again.stdout
-    assert (save / "train_log.jsonl").read_text() == log_before  # no training on the rerun
+    assert [(member / "train_log.jsonl").read_text() for member in members] == logs_before  # no training
+
+    one = quickstart(work, "--from", str(source), "--minutes", "0.5", "--models", "1", "--save-dir", "one",
+                     "--", *TINY, "--seed", "3")
+    assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
+    assert (work / "one" / "checkpoint_best.pt").is_file() and not (work / "one" / "model1").exists()
+    assert OmegaConf.load(work / "one" / "config.yaml").common.seed == 3
+    assert Path((work / "one" / "quickstart_model.txt").read_text().strip()).parent == Path("one")
+    assert "BLEU (lc-tok) = " in one.stdout.splitlines()[-1]
 
 
 def test_bad_arguments_fail_at_once_with_the_fix(tmp_path):
@@ -85,6 +101,10 @@ def test_bad_arguments_fail_at_once_with_the_fix(tmp_path):
     assert missing.returncode == 2 and "--from" in missing.stderr and "no such folder" in missing.stderr
     minutes = quickstart(tmp_path, "--minutes", "soon")
     assert minutes.returncode == 2 and "--minutes soon" in minutes.stderr
+    models = quickstart(tmp_path, "--models", "0")
+    assert models.returncode == 2 and "--models 0" in models.stderr
+    seed = quickstart(tmp_path, "--", "--seed", "3")
+    assert seed.returncode == 2 and "--seed" in seed.stderr and "--models 1" in seed.stderr
     unknown = quickstart(tmp_path, "--fast")
     assert unknown.returncode == 2 and "unknown argument --fast" in unknown.stderr
     assert not (tmp_path / "raw").exists()  # nothing started
