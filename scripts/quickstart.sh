@@ -90,10 +90,16 @@ train_command() {   # TRAIN = the nmt-train command of model $1, saving into $2
   TRAIN+=("${EXTRA[@]}")
 }
 step "3/6 train $MODELS model(s) for $MINUTES minutes into $SAVE"
-PIDS=(); PID_DIRS=(); PID_RUNS=()   # the trainings started in the background, stopped if the script stops first
-trap 'if [ ${#PIDS[@]} -gt 0 ]; then kill "${PIDS[@]}" 2>/dev/null || true; fi' EXIT
-FOREGROUND=()
-for k in $(seq "$MODELS" -1 1); do   # model 1 last, in the foreground: its progress is what the terminal shows
+# Every training runs in the background and the script waits for them: a signal to the script (Ctrl-C, a kill)
+# stops them all, and each saves a checkpoint the next run resumes from
+PIDS=(); PID_DIRS=(); PID_RUNS=()
+stop_trainings() {
+  if [ ${#PIDS[@]} -gt 0 ]; then kill "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}" 2>/dev/null || true; fi
+}
+trap stop_trainings EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+for k in $(seq 1 "$MODELS"); do
   dir=${MEMBERS[$((k - 1))]}
   train_command "$k" "$dir"
   RUN="${TRAIN[*]} # recipe $(cksum < "$RECIPE")"   # what a finished run is recognised by: command and recipe
@@ -102,28 +108,30 @@ for k in $(seq "$MODELS" -1 1); do   # model 1 last, in the foreground: its prog
     continue
   fi
   [ -f "$dir/checkpoint_last.pt" ] && echo "quickstart: resuming from $dir/checkpoint_last.pt"
-  if [ "$k" = 1 ]; then
-    FOREGROUND=("${TRAIN[@]}"); FOREGROUND_RUN=$RUN
+  if [ "$k" = 1 ]; then   # model 1's progress is what the terminal shows
+    "${TRAIN[@]}" &
   else
     mkdir -p "$dir"
     echo "quickstart: model $k trains beside model 1 on $THREADS core(s) (--seed $k); its log: $dir/train.log"
-    "${TRAIN[@]}" > "$dir/train.log" 2>&1 &   # stopped by the trap, nmt-train saves a checkpoint to resume from
-    PIDS+=($!); PID_DIRS+=("$dir"); PID_RUNS+=("$RUN")
+    "${TRAIN[@]}" > "$dir/train.log" 2>&1 &
   fi
+  PIDS+=($!); PID_DIRS+=("$dir"); PID_RUNS+=("$RUN")
 done
-if [ ${#FOREGROUND[@]} -gt 0 ]; then
-  "${FOREGROUND[@]}"
-  echo "$FOREGROUND_RUN" > "${MEMBERS[0]}/quickstart_train.done"
-fi
-for i in "${!PIDS[@]}"; do
-  if wait "${PIDS[$i]}"; then echo "${PID_RUNS[$i]}" > "${PID_DIRS[$i]}/quickstart_train.done"; fi
+RUNNING=("${!PIDS[@]}")   # the indices of the trainings not finished yet; a failure stops the others at once
+while [ ${#RUNNING[@]} -gt 0 ]; do
+  sleep 1
+  STILL=()
+  for i in "${RUNNING[@]}"; do
+    if kill -0 "${PIDS[$i]}" 2>/dev/null; then STILL+=("$i"); continue; fi
+    if ! wait "${PIDS[$i]}"; then
+      echo "quickstart: the training into ${PID_DIRS[$i]} failed (its error is above, or in its train.log)" >&2
+      exit 1
+    fi
+    echo "${PID_RUNS[$i]}" > "${PID_DIRS[$i]}/quickstart_train.done"
+  done
+  RUNNING=("${STILL[@]}")
 done
 PIDS=()
-for dir in "${MEMBERS[@]}"; do
-  [ -f "$dir/quickstart_train.done" ] || {
-    echo "quickstart: the training into $dir failed; its log: $dir/train.log (run the script again to resume it)" >&2
-    exit 1; }
-done
 
 step "4/6 average the checkpoints taken at $AVERAGE_AT of the budget; keep the average only if its valid loss is lower"
 valid_loss() { sed -n "s/.*| loss \([0-9.]*\) |.*$(basename "$1")\$/\1/p"; }
