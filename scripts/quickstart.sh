@@ -2,11 +2,12 @@
 # The main job, end to end on Multi30k en-de, on a CPU:
 #   1 prepare     raw text (downloaded, or copied from --from DIR / NMT_MULTI30K_DIR)
 #   2 preprocess  Moses tokenization, joint BPE (10k merges), one joined dictionary
-#   3 train       3+3 layers, d_model 192, 4 heads, d_ff 768 (examples/multi30k_cpu.yaml), for --minutes
-#   4 average     the checkpoints of the budget's last 4%; kept only if its valid loss beats checkpoint_best's
-#   5 translate   test_2016_flickr with beam 5: detokenized sacreBLEU and chrF2, and BLEU on the papers'
-#                 scale (lowercased, Moses-tokenized) printed (+ attention heatmaps)
-#   6 plot        loss / perplexity / learning rate curves of the run
+#   3 train       two models side by side (--models), one seed each: 3+3 layers, d_model 192, 4 heads, d_ff 768
+#                 (examples/multi30k_cpu.yaml), for --minutes
+#   4 average     each model's checkpoints of the budget's last 4%; kept only if its valid loss beats checkpoint_best's
+#   5 translate   test_2016_flickr with beam 5, the models as an ensemble: detokenized sacreBLEU and chrF2, and
+#                 BLEU on the papers' scale (lowercased, Moses-tokenized) printed (+ attention heatmaps)
+#   6 plot        loss / perplexity / learning rate curves of the runs
 # A rerun reuses finished steps; an interrupted training resumes from checkpoint_last.pt.
 # Usage (from the repository root):
 #   scripts/quickstart.sh [--from DIR] [--minutes N] [--models N] [--save-dir DIR] [-- EXTRA nmt-train FLAGS]
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
     --models) need "$1" $#; MODELS="$2"; shift 2 ;;
     --save-dir) need "$1" $#; SAVE="$2"; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "quickstart.sh: unknown argument $1 ($usage)" >&2; exit 2 ;;
   esac
 done

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -94,6 +95,10 @@ def test_quickstart_end_to_end_then_rerun_reuses_everything(tmp_path):
     assert OmegaConf.load(work / "one" / "config.yaml").common.seed == 3
     assert Path((work / "one" / "quickstart_model.txt").read_text().strip()).parent == Path("one")
     assert "BLEU (lc-tok) = " in one.stdout.splitlines()[-1]
+
+    failing = quickstart(work, "--from", str(source), "--save-dir", "bad", "--", *TINY, "--no-such-flag")
+    assert failing.returncode == 1 and re.search(r"the training into bad/model[12] failed", failing.stderr)
+    assert not list((work / "bad").glob("*/quickstart_train.done")) and "== 4/6" not in failing.stdout
 
 
 def test_bad_arguments_fail_at_once_with_the_fix(tmp_path):
