@@ -138,7 +138,7 @@ step "4/6 average the checkpoints taken at $AVERAGE_AT of the budget; keep the a
 valid_loss() { sed -n "s/.*| loss \([0-9.]*\) |.*$(basename "$1")\$/\1/p"; }
 choose_checkpoint() {   # writes $1/quickstart_model.txt: the model's average or its checkpoint_best.pt
   local dir=$1 best=$1/checkpoint_best.pt avg=$1/checkpoint_avg.pt file=$1/quickstart_model.txt n k chosen
-  if [ -f "$file" ] && [ "$file" -nt "$dir/checkpoint_last.pt" ]; then
+  if newer "$file" "$dir/checkpoint_last.pt"; then
     echo "quickstart: reusing the choice in $file: $(cat "$file")"; return
   fi
   n=$(find "$dir" -maxdepth 1 -name 'checkpoint_progress_*.pt' | wc -l)
