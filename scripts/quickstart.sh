@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
     --models) need "$1" $#; MODELS="$2"; shift 2 ;;
     --save-dir) need "$1" $#; SAVE="$2"; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;   # the header comment, however long
     *) echo "quickstart.sh: unknown argument $1 ($usage)" >&2; exit 2 ;;
   esac
 done
