@@ -71,9 +71,9 @@ def test_quickstart_end_to_end_then_rerun_reuses_everything(tmp_path):
     assert "valid on 'valid' subset" in first.stdout  # both candidates scored by nmt-validate
     assert "model 2 trains beside model 1" in first.stdout
     results = save / "test" / "generate-test.txt"
-    assert "Generate test with beam=5: BLEU = " in results.read_text()
+    assert "Generate test with beam=8: BLEU = " in results.read_text()
     generate = (save / "test" / "quickstart_generate.done").read_text()
-    assert " --gen-subset test --beam 5 " in generate and f" --path {':'.join(map(str, chosen))} " in generate
+    assert " --gen-subset test --beam 8 " in generate and f" --path {':'.join(map(str, chosen))} " in generate
     assert "bleu_lc_tok signature: bleu_lc_tok|lc|punct-norm:de|moses-tok-a:de|" in results.read_text()
     last = first.stdout.splitlines()[-3:]  # detokenized sacreBLEU and chrF2, then the papers' lowercased tokenized BLEU
     assert "BLEU = " in last[0] and "chrF2 = " in last[1] and "BLEU (lc-tok) = " in last[2]
